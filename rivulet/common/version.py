@@ -1,0 +1,3 @@
+"""The Rivulet version."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,253 @@
+"""The catalog: every named object (schemas, tables; later MVs, sources, sinks), kept in
+meta tables inside the state store and mirrored in memory.
+
+Changes are made in two steps so that a failed statement changes nothing: a
+``CatalogChange`` carries the DuckDB statements to run inside the epoch's transaction and
+the in-memory update to apply only after that transaction committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+import duckdb
+
+from rivulet.common.chunk import ROW_ID_COLUMN
+from rivulet.common.types import DataType, type_from_name
+from rivulet.storage.state_store import META_SCHEMA, StateStore
+from rivulet.storage.state_table import StateTableSchema
+
+DEFAULT_DATABASE = "dev"
+DEFAULT_SCHEMA = "public"
+DEFAULT_USER = "root"
+FIRST_OBJECT_ID = 1001
+
+# Schemas every database has; user objects live in ``public`` (or schemas users create).
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "rw_catalog")
+# OIDs PostgreSQL gives these namespaces; clients sometimes hard-code them.
+SCHEMA_OIDS = {"pg_catalog": 11, "public": 2200, "information_schema": 12131, "rw_catalog": 12132}
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnCatalog:
+    name: str
+    type: DataType
+    not_null: bool = False
+    hidden: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TableCatalog:
+    """A table. ``columns`` lists the stored columns: visible ones first, then the hidden
+    ``_row_id`` when the table has no primary key. ``pk`` and ``dist_key`` index into it."""
+
+    id: int
+    schema: str
+    name: str
+    columns: tuple[ColumnCatalog, ...]
+    pk: tuple[int, ...]
+    dist_key: tuple[int, ...]
+    definition: str
+    owner: str = DEFAULT_USER
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    kind: str = "table"
+
+    @property
+    def visible_columns(self) -> list[ColumnCatalog]:
+        return [c for c in self.columns if not c.hidden]
+
+    @property
+    def has_row_id(self) -> bool:
+        return any(c.name == ROW_ID_COLUMN and c.hidden for c in self.columns)
+
+    @property
+    def user_pk(self) -> list[str]:
+        """The primary key columns the user declared (empty when the key is ``_row_id``)."""
+        return [] if self.has_row_id else [self.columns[i].name for i in self.pk]
+
+    def column(self, name: str) -> ColumnCatalog | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    def state_schema(self) -> StateTableSchema:
+        return StateTableSchema(
+            table_id=self.id,
+            columns=tuple((c.name, c.type) for c in self.columns),
+            pk=self.pk,
+            dist_key=self.dist_key,
+            not_null=tuple(i for i, c in enumerate(self.columns) if c.not_null),
+        )
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass
+class CatalogChange:
+    """Statements to run in the committing transaction, and what to do once committed."""
+
+    statements: list[tuple[str, list[object]]] = field(default_factory=list)
+    on_commit: list[Callable[[], None]] = field(default_factory=list)
+
+    def write(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        for sql, params in self.statements:
+            cursor.execute(sql, params)
+
+    def committed(self) -> None:
+        for fn in self.on_commit:
+            fn()
+
+
+_META_DDL = [
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.objects (
+        id INTEGER PRIMARY KEY, kind VARCHAR NOT NULL, schema_name VARCHAR NOT NULL,
+        name VARCHAR NOT NULL, definition VARCHAR NOT NULL, owner VARCHAR NOT NULL,
+        created_at TIMESTAMPTZ NOT NULL, pk INTEGER[] NOT NULL, dist_key INTEGER[] NOT NULL,
+        properties JSON)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.columns (
+        object_id INTEGER NOT NULL, position INTEGER NOT NULL, name VARCHAR NOT NULL,
+        type_name VARCHAR NOT NULL, type_precision INTEGER, type_scale INTEGER,
+        not_null BOOLEAN NOT NULL, hidden BOOLEAN NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.schemas (
+        id INTEGER PRIMARY KEY, name VARCHAR NOT NULL, owner VARCHAR NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.counters (
+        name VARCHAR PRIMARY KEY, value BIGINT NOT NULL)""",
+]
+
+
+class Catalog:
+    """The in-memory mirror of the meta tables. Mutations only through ``CatalogChange``."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.tables: dict[int, TableCatalog] = {}
+        self.schemas: dict[str, int] = {}
+        self._next_id = FIRST_OBJECT_ID
+        # Bumped on every committed change; caches of bound statements key on it.
+        self.version = 0
+        store.run_setup(_META_DDL)
+        self._load()
+
+    # ----------------------------------------------------------------- loading
+    def _load(self) -> None:
+        cur = self.store.cursor()
+        if not cur.execute(f"SELECT 1 FROM {META_SCHEMA}.schemas").fetchall():
+            cur.execute(
+                f"INSERT INTO {META_SCHEMA}.schemas VALUES (?, ?, ?)",
+                [SCHEMA_OIDS[DEFAULT_SCHEMA], DEFAULT_SCHEMA, DEFAULT_USER],
+            )
+        for sid, name in cur.execute(f"SELECT id, name FROM {META_SCHEMA}.schemas").fetchall():
+            self.schemas[name] = sid
+        row = cur.execute(
+            f"SELECT value FROM {META_SCHEMA}.counters WHERE name = 'next_object_id'"
+        ).fetchall()
+        row = row[0] if row else None
+        if row:
+            self._next_id = int(row[0])
+        columns: dict[int, list[ColumnCatalog]] = {}
+        for oid, name, tname, prec, scale, nn, hidden in cur.execute(
+            f"SELECT object_id, name, type_name, type_precision, type_scale, not_null, hidden "
+            f"FROM {META_SCHEMA}.columns ORDER BY object_id, position"
+        ).fetchall():
+            if tname == "numeric" and prec is not None:
+                dtype = DataType.numeric(prec, scale)
+            else:
+                found = type_from_name(tname)
+                assert found is not None, f"unknown stored type {tname}"
+                dtype = found
+            columns.setdefault(oid, []).append(ColumnCatalog(name, dtype, nn, hidden))
+        for oid, kind, schema, name, definition, owner, created, pk, dist in cur.execute(
+            f"SELECT id, kind, schema_name, name, definition, owner, created_at, pk, dist_key "
+            f"FROM {META_SCHEMA}.objects ORDER BY id"
+        ).fetchall():
+            self.tables[oid] = TableCatalog(
+                id=oid, schema=schema, name=name, columns=tuple(columns.get(oid, ())),
+                pk=tuple(pk), dist_key=tuple(dist), definition=definition, owner=owner,
+                created_at=created, kind=kind,
+            )  # fmt: skip
+
+    # ----------------------------------------------------------------- lookups
+    def get_table(self, schema: str, name: str) -> TableCatalog | None:
+        for t in self.tables.values():
+            if t.name == name and t.schema == schema:
+                return t
+        return None
+
+    def all_tables(self) -> Iterator[TableCatalog]:
+        return iter(sorted(self.tables.values(), key=lambda t: t.id))
+
+    def name_taken(self, schema: str, name: str) -> bool:
+        return self.get_table(schema, name) is not None
+
+    def allocate_id(self, change: CatalogChange) -> int:
+        """Reserve an object id; persisted with the change, reused if it never commits."""
+        oid = self._next_id
+        self._next_id += 1
+        change.statements.append(
+            (
+                f"INSERT OR REPLACE INTO {META_SCHEMA}.counters VALUES ('next_object_id', ?)",
+                [self._next_id],
+            )
+        )
+        return oid
+
+    # ----------------------------------------------------------------- changes
+    def add_table(self, table: TableCatalog, change: CatalogChange) -> None:
+        change.statements.append(
+            (
+                f"INSERT INTO {META_SCHEMA}.objects VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    table.id, table.kind, table.schema, table.name, table.definition,
+                    table.owner, table.created_at, list(table.pk), list(table.dist_key),
+                    json.dumps({}),
+                ],
+            )
+        )  # fmt: skip
+        for pos, col in enumerate(table.columns):
+            change.statements.append(
+                (
+                    f"INSERT INTO {META_SCHEMA}.columns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        table.id, pos, col.name, col.type.name, col.type.precision,
+                        col.type.scale, col.not_null, col.hidden,
+                    ],
+                )
+            )  # fmt: skip
+        change.on_commit.append(lambda: self._put(table))
+
+    def remove_table(self, table: TableCatalog, change: CatalogChange) -> None:
+        change.statements.append((f"DELETE FROM {META_SCHEMA}.objects WHERE id = ?", [table.id]))
+        change.statements.append(
+            (f"DELETE FROM {META_SCHEMA}.columns WHERE object_id = ?", [table.id])
+        )
+        change.on_commit.append(lambda: self._drop(table.id))
+
+    def rename_table(self, table: TableCatalog, new_name: str, change: CatalogChange) -> None:
+        change.statements.append(
+            (f"UPDATE {META_SCHEMA}.objects SET name = ? WHERE id = ?", [new_name, table.id])
+        )
+        change.on_commit.append(lambda: self._put(replace(table, name=new_name)))
+
+    def _put(self, table: TableCatalog) -> None:
+        self.tables[table.id] = table
+        self.version += 1
+
+    def _drop(self, oid: int) -> None:
+        self.tables.pop(oid, None)
+        self.version += 1
+
+    def discard_allocations(self) -> None:
+        """After a failed commit: forget ids reserved by it (reload the counter)."""
+        rows = (
+            self.store.cursor()
+            .execute(f"SELECT value FROM {META_SCHEMA}.counters WHERE name = 'next_object_id'")
+            .fetchall()
+        )
+        row = rows[0] if rows else None
+        self._next_id = int(row[0]) if row else FIRST_OBJECT_ID

@@ -1,0 +1,491 @@
+"""The binder: checks a query against Rivulet's catalog and rewrites it into DuckDB SQL.
+
+Nothing a user writes reaches DuckDB unbound. Every relation must name a Rivulet table or a
+system relation (pg_catalog, information_schema, rw_catalog), every function must be on
+the allow-list (``functions``); the rewritten query reads tables through their state
+tables, so DuckDB sees only what Rivulet put there. Along the way the query gets
+PostgreSQL's meanings where DuckDB's differ (division by zero raises, output columns are
+named as PostgreSQL names them, session functions answer from the session).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from rivulet.common.chunk import VNODE_COLUMN
+from rivulet.common.errors import (
+    FEATURE_NOT_SUPPORTED,
+    SYNTAX_ERROR,
+    UNDEFINED_FUNCTION,
+    UNDEFINED_TABLE,
+    sql_error,
+)
+from rivulet.common.types import DataType, type_from_name
+from rivulet.meta.catalog import (
+    DEFAULT_DATABASE,
+    DEFAULT_SCHEMA,
+    SYSTEM_SCHEMAS,
+    Catalog,
+    TableCatalog,
+)
+from rivulet.sql.functions import (
+    ALLOWED_ANONYMOUS,
+    ALLOWED_NODE_TYPES,
+    ALLOWED_TABLE_FUNCTIONS,
+    SESSION_FUNCTIONS,
+    SESSION_NODE_NAMES,
+    function_name,
+)
+from rivulet.sql.system_catalog import (
+    MACRO_NAMES,
+    SYS_SCHEMA,
+    SystemCatalog,
+)
+
+DUCKDB = "duckdb"
+# Marks relation nodes the engine built (never set by the parser): the binder leaves them.
+INTERNAL = "rw_internal"
+
+
+@dataclass
+class BindContext:
+    """What binding needs from the session."""
+
+    catalog: Catalog
+    system: SystemCatalog
+    user: str = "root"
+    database: str = DEFAULT_DATABASE
+    search_path: tuple[str, ...] = (DEFAULT_SCHEMA,)
+    session_id: int = 0
+    server_version: str = ""
+    setting: Callable[[str], str | None] = field(default=lambda _name: None)
+
+
+@dataclass
+class BoundQuery:
+    """A query ready for DuckDB: its SQL, parameter count and inferred parameter types."""
+
+    sql: str
+    param_count: int
+    param_types: list[DataType | None]
+    tables: list[TableCatalog]
+
+
+def position_of(node: exp.Expression) -> int | None:
+    """1-based position of a node's first identifier in the statement text."""
+    for ident in [node, *node.find_all(exp.Identifier)]:
+        meta = getattr(ident, "_meta", None) or {}
+        if "start" in meta:
+            return int(meta["start"]) + 1
+    return None
+
+
+def quote(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+class Binder:
+    def __init__(self, ctx: BindContext) -> None:
+        self.ctx = ctx
+        self.tables: list[TableCatalog] = []
+        self._param_types: dict[int, DataType | None] = {}
+        self._placeholders = 0
+        self._dollar_params = 0
+
+    # ------------------------------------------------------------ resolution
+    def resolve_schema_list(self, schema: str | None) -> list[str]:
+        if schema:
+            return [schema]
+        # PostgreSQL searches pg_catalog first, then the search path; RisingWave also finds
+        # rw_catalog relations unqualified.
+        path = [s for s in self.ctx.search_path if s != "$user"]
+        return ["pg_catalog", *path, "rw_catalog"]
+
+    def lookup_table(self, schema: str | None, name: str) -> TableCatalog | None:
+        for s in self.resolve_schema_list(schema):
+            if s in SYSTEM_SCHEMAS:
+                continue
+            t = self.ctx.catalog.get_table(s, name)
+            if t is not None:
+                return t
+        return None
+
+    def _resolve(self, table: exp.Table) -> exp.Expression:
+        """The DuckDB relation standing for a table reference."""
+        db = table.catalog
+        if db and db != self.ctx.database:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f'cross-database references are not implemented: "{table.sql(dialect="postgres")}"',
+                position=position_of(table),
+            )
+        schema = table.db or None
+        name = table.name
+        for s in self.resolve_schema_list(schema):
+            if s in SYSTEM_SCHEMAS:
+                rel = self.ctx.system.relation(s, name)
+                if rel is not None:
+                    return exp.Table(this=quote(rel), db=quote(SYS_SCHEMA))
+                continue
+            t = self.ctx.catalog.get_table(s, name)
+            if t is not None:
+                self.tables.append(t)
+                return self.table_subquery(t)
+        shown = f"{schema}.{name}" if schema else name
+        raise sql_error(
+            UNDEFINED_TABLE,
+            f'relation "{shown}" does not exist',
+            position=position_of(table),
+        )
+
+    @staticmethod
+    def table_subquery(t: TableCatalog, *, with_hidden: bool = False) -> exp.Expression:
+        """``(SELECT visible columns FROM state.tN)`` - hidden columns stay out of ``*``."""
+        cols = t.columns if with_hidden else t.visible_columns
+        names = [c.name for c in cols]
+        if with_hidden:
+            names = [VNODE_COLUMN, *names]
+        physical = exp.Table(this=quote(f"t{t.id}"), db=exp.to_identifier("state"))
+        physical.meta[INTERNAL] = True
+        return exp.select(*[exp.column(quote(n)) for n in names]).from_(physical).subquery()
+
+    # -------------------------------------------------------------- binding
+    def bind_query(self, ast: exp.Expression, *, name_outputs: bool = True) -> BoundQuery:
+        """Bind a SELECT (or VALUES / set operation) for DuckDB."""
+        if name_outputs:
+            self.name_output_columns(ast)
+        ast = self.prepare(ast)
+        return BoundQuery(
+            sql=ast.sql(dialect=DUCKDB),
+            param_count=self.param_count,
+            param_types=self.param_type_list(),
+            tables=self.tables,
+        )
+
+    def prepare(self, ast: exp.Expression) -> exp.Expression:
+        """Normalize, check and rewrite an expression tree in place (returns the root)."""
+        ast = normalize_identifiers(ast, dialect="postgres")
+        ctes = {cte.alias_or_name for cte in ast.find_all(exp.CTE)}
+        self._rewrite_parameters(ast)
+        self._infer_parameter_types(ast)
+        for node in list(ast.walk()):
+            if isinstance(node, exp.Table):
+                self._bind_table(node, ctes)
+            elif isinstance(node, exp.Func):
+                replacement = self._bind_function(node)
+                if replacement is not node:
+                    if node is ast:
+                        ast = replacement
+                    else:
+                        node.replace(replacement)
+            elif isinstance(node, exp.Div | exp.Mod):
+                fn = "rw_div" if isinstance(node, exp.Div) else "rw_mod"
+                node.replace(self.sys_call(fn, node.this, node.expression))
+            elif isinstance(node, exp.Operator):
+                node.replace(self._bind_operator(node))
+            elif isinstance(node, exp.Collate):
+                node.replace(node.this)
+            elif isinstance(node, exp.Command | exp.Pragma | exp.Set):
+                raise sql_error(SYNTAX_ERROR, "unexpected statement inside a query")
+        return ast
+
+    def _bind_table(self, table: exp.Table, ctes: set[str]) -> None:
+        if table.meta.get(INTERNAL):
+            return
+        inner = table.this
+        if isinstance(inner, exp.Func):
+            name = function_name(inner)
+            if name not in ALLOWED_TABLE_FUNCTIONS and not isinstance(
+                inner, exp.ExplodingGenerateSeries | exp.GenerateSeries | exp.Explode | exp.Unnest
+            ):
+                raise sql_error(
+                    UNDEFINED_FUNCTION,
+                    f"table function {name}() does not exist",
+                    position=position_of(inner),
+                )
+            return
+        if not table.db and not table.catalog and table.name in ctes:
+            return
+        if not isinstance(inner, exp.Identifier):
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f"unsupported relation: {table.sql(dialect='postgres')}",
+                position=position_of(table),
+            )
+        relation = self._resolve(table)
+        alias = table.args.get("alias")
+        if alias is None:
+            alias = exp.TableAlias(this=exp.to_identifier(table.name))
+        relation.set("alias", alias)
+        if isinstance(relation, exp.Table):
+            relation.meta[INTERNAL] = True
+        table.replace(relation)
+
+    def sys_call(self, name: str, *args: exp.Expression) -> exp.Expression:
+        return exp.Dot(
+            this=exp.to_identifier(SYS_SCHEMA),
+            expression=exp.Anonymous(this=name, expressions=list(args)),
+        )
+
+    def _bind_function(self, node: exp.Func) -> exp.Expression:
+        if isinstance(node, exp.Anonymous):
+            name = node.name.lower()
+            if name in SESSION_FUNCTIONS:
+                return self._session_function(name, node.expressions)
+            if name in MACRO_NAMES:
+                return self.sys_call(name, *node.expressions)
+            if name in ALLOWED_ANONYMOUS:
+                return node
+            raise sql_error(
+                UNDEFINED_FUNCTION,
+                f"function {name}() does not exist",
+                hint="No function matches the given name. Rivulet supports PostgreSQL's and"
+                " RisingWave's common functions.",
+                position=position_of(node),
+            )
+        if type(node) in SESSION_NODE_NAMES:
+            return self._session_function(SESSION_NODE_NAMES[type(node)], node.expressions)
+        if type(node) in ALLOWED_NODE_TYPES:
+            return node
+        raise sql_error(
+            UNDEFINED_FUNCTION,
+            f"function {function_name(node)}() is not supported",
+            position=position_of(node),
+        )
+
+    def _session_function(self, name: str, args: list[exp.Expression]) -> exp.Expression:
+        ctx = self.ctx
+        aliases = {
+            "current_catalog": "current_database",
+            "current_role": "current_user",
+            "user": "current_user",
+        }
+        name = aliases.get(name, name)
+        if name == "version":
+            return exp.Literal.string(ctx.server_version)
+        if name == "current_database":
+            return exp.Literal.string(ctx.database)
+        if name in ("current_user", "session_user"):
+            return exp.Literal.string(ctx.user)
+        if name == "current_schema":
+            path = [s for s in ctx.search_path if s != "$user"]
+            return exp.Literal.string(path[0]) if path else exp.null()
+        if name == "current_schemas":
+            implicit = bool(args and args[0].sql().lower() == "true")
+            schemas = [s for s in ctx.search_path if s != "$user"]
+            if implicit:
+                schemas = ["pg_catalog", *schemas]
+            return exp.Array(expressions=[exp.Literal.string(s) for s in schemas])
+        if name == "pg_backend_pid":
+            return exp.Literal.number(ctx.session_id)
+        if name == "current_setting":
+            if not args or not isinstance(args[0], exp.Literal):
+                raise sql_error(
+                    FEATURE_NOT_SUPPORTED, "current_setting() needs a constant setting name"
+                )
+            value = ctx.setting(args[0].name.lower())
+            if value is None:
+                missing_ok = len(args) > 1 and args[1].sql().lower() == "true"
+                if missing_ok:
+                    return exp.cast(exp.null(), "text")
+                raise sql_error("42704", f'unrecognized configuration parameter "{args[0].name}"')
+            return exp.Literal.string(value)
+        if name in ("inet_server_addr",):
+            return exp.Literal.string("127.0.0.1")
+        if name in ("inet_server_port",):
+            return exp.Literal.number(0)
+        if name == "pg_postmaster_start_time":
+            return exp.CurrentTimestamp()
+        raise sql_error(UNDEFINED_FUNCTION, f"function {name}() does not exist")
+
+    def _bind_operator(self, node: exp.Operator) -> exp.Expression:
+        op = str(node.args.get("operator") or "").split(".")[-1].strip()
+        left, right = node.this, node.expression
+        mapping: dict[str, Callable[[], exp.Expression]] = {
+            "~": lambda: exp.RegexpLike(this=left, expression=right),
+            "~*": lambda: exp.RegexpILike(this=left, expression=right),
+            "!~": lambda: exp.not_(exp.RegexpLike(this=left, expression=right)),
+            "!~*": lambda: exp.not_(exp.RegexpILike(this=left, expression=right)),
+            "=": lambda: exp.EQ(this=left, expression=right),
+            "<>": lambda: exp.NEQ(this=left, expression=right),
+            "<": lambda: exp.LT(this=left, expression=right),
+            ">": lambda: exp.GT(this=left, expression=right),
+            "<=": lambda: exp.LTE(this=left, expression=right),
+            ">=": lambda: exp.GTE(this=left, expression=right),
+        }
+        if op not in mapping:
+            raise sql_error(UNDEFINED_FUNCTION, f"operator does not exist: {op}")
+        return exp.paren(mapping[op](), copy=False)
+
+    # ------------------------------------------------------------ parameters
+    def _rewrite_parameters(self, ast: exp.Expression) -> None:
+        """``%s`` / ``?`` placeholders become ``$1, $2, ...``; the two styles don't mix."""
+        for node in ast.find_all(exp.Parameter):
+            try:
+                n = int(node.name)
+            except ValueError:
+                raise sql_error(
+                    SYNTAX_ERROR, f"bad parameter ${node.name}", position=position_of(node)
+                ) from None
+            self._dollar_params = max(self._dollar_params, n)
+        placeholders = list(ast.find_all(exp.Placeholder))
+        if placeholders and self._dollar_params:
+            raise sql_error(SYNTAX_ERROR, "a statement cannot mix %s and $n parameters")
+        # find_all is breadth-first; number placeholders in text order instead.
+        placeholders.sort(key=lambda p: _first_start(p))
+        for i, node in enumerate(placeholders, start=1):
+            node.replace(exp.Parameter(this=exp.Literal.number(i)))
+        self._placeholders = len(placeholders)
+
+    @property
+    def param_count(self) -> int:
+        return max(self._placeholders, self._dollar_params)
+
+    def param_type_list(self) -> list[DataType | None]:
+        return [self._param_types.get(i) for i in range(1, self.param_count + 1)]
+
+    def note_param_type(self, node: exp.Expression, dtype: DataType | None) -> None:
+        if isinstance(node, exp.Parameter) and dtype is not None:
+            self._param_types.setdefault(int(node.name), dtype)
+
+    def _infer_parameter_types(self, ast: exp.Expression) -> None:
+        """Give each ``$n`` the type PostgreSQL would infer from its surroundings."""
+        for param in ast.find_all(exp.Parameter):
+            parent = param.parent
+            if isinstance(parent, exp.Cast):
+                to = parent.args.get("to")
+                if isinstance(to, exp.DataType):
+                    self.note_param_type(param, _type_of_datatype(to))
+            elif isinstance(parent, exp.Limit | exp.Offset | exp.Fetch):
+                self.note_param_type(param, type_from_name("bigint"))
+            elif isinstance(parent, exp.Binary | exp.In | exp.Between):
+                other = [
+                    c
+                    for c in parent.iter_expressions()
+                    if c is not param and isinstance(c, exp.Column)
+                ]
+                if other:
+                    self.note_param_type(param, self.column_type(ast, other[0]))
+
+    def column_type(self, ast: exp.Expression, column: exp.Column) -> DataType | None:
+        """The type of a column reference, when it names a column of a user table in
+        ``ast``'s FROM clauses (before they are rewritten)."""
+        qualifier = column.table
+        for table in ast.find_all(exp.Table):
+            if not isinstance(table.this, exp.Identifier):
+                continue
+            if qualifier and qualifier not in (table.alias_or_name, table.name):
+                continue
+            t = self.lookup_table(table.db or None, table.name)
+            if t is None:
+                continue
+            col = t.column(column.name)
+            if col is not None:
+                return col.type
+        return None
+
+    # --------------------------------------------------------- output names
+    @staticmethod
+    def name_output_columns(ast: exp.Expression) -> None:
+        """Alias unnamed output expressions the way PostgreSQL names them."""
+        select = ast
+        while isinstance(select, exp.SetOperation):
+            select = select.this
+        while isinstance(select, exp.Subquery):
+            select = select.this
+        if not isinstance(select, exp.Select):
+            return
+        new = []
+        changed = False
+        for e in select.expressions:
+            if isinstance(e, exp.Alias | exp.Star) or (
+                isinstance(e, exp.Column) and isinstance(e.this, exp.Star)
+            ):
+                new.append(e)
+                continue
+            name = pg_output_name(e)
+            if isinstance(e, exp.Column) and e.name == name:
+                new.append(e)
+                continue
+            new.append(exp.alias_(e, quote(name), copy=False))
+            changed = True
+        if changed:
+            select.set("expressions", new)
+
+
+def _first_start(node: exp.Expression) -> int:
+    meta = getattr(node, "_meta", None) or {}
+    return int(meta.get("start", 0))
+
+
+def pg_output_name(e: exp.Expression) -> str:
+    """PostgreSQL's name for an unaliased output column."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return e.name
+    if isinstance(e, exp.Cast | exp.TryCast):
+        inner = pg_output_name(e.this)
+        if inner != "?column?":
+            return inner
+        to = e.args.get("to")
+        if isinstance(to, exp.DataType):
+            dtype = _type_of_datatype(to)
+            return _TYPE_OUTPUT_NAMES.get(dtype.name, dtype.name) if dtype else "?column?"
+        return "?column?"
+    if isinstance(e, exp.Case):
+        return "case"
+    if isinstance(e, exp.Dot) and isinstance(e.expression, exp.Anonymous):
+        return e.expression.name.lower()
+    if isinstance(e, exp.Anonymous):
+        return e.name.lower()
+    if type(e) in SESSION_NODE_NAMES:
+        return SESSION_NODE_NAMES[type(e)]
+    if isinstance(e, exp.Func):
+        names = {
+            "GroupConcat": "string_agg",
+            "LogicalAnd": "bool_and",
+            "LogicalOr": "bool_or",
+            "ApproxDistinct": "approx_count_distinct",
+            "CurrentTimestamp": "now",
+            "StrPosition": "position",
+            "ExplodingGenerateSeries": "generate_series",
+            "ArraySize": "array_length",
+            "Rand": "random",
+            "Pow": "pow",
+            "Ceil": "ceil",
+        }
+        cls = type(e).__name__
+        if cls in names:
+            return names[cls]
+        return e.sql_name().lower()
+    if isinstance(e, exp.Array):
+        return "array"
+    return "?column?"
+
+
+_TYPE_OUTPUT_NAMES = {
+    "integer": "int4",
+    "bigint": "int8",
+    "smallint": "int2",
+    "boolean": "bool",
+    "real": "float4",
+    "double precision": "float8",
+    "character varying": "varchar",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamptz",
+    "time without time zone": "time",
+}
+
+
+def _type_of_datatype(dt: exp.DataType) -> DataType | None:
+    from rivulet.common.types import column_type_from_sql
+
+    try:
+        return column_type_from_sql(dt)
+    except Exception:
+        return None

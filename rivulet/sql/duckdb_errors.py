@@ -1,0 +1,150 @@
+"""Turn DuckDB's errors into PostgreSQL-style errors with the right SQLSTATE.
+
+DuckDB prefixes messages with their class ("Binder Error: ...") and appends a caret
+context; users get PostgreSQL's wording where we know it, and never the name of an
+internal relation.
+"""
+
+from __future__ import annotations
+
+import re
+
+import duckdb
+
+from rivulet.common.errors import (
+    AMBIGUOUS_COLUMN,
+    DATATYPE_MISMATCH,
+    DIVISION_BY_ZERO,
+    FEATURE_NOT_SUPPORTED,
+    INSUFFICIENT_PRIVILEGE,
+    INTERNAL_ERROR,
+    INVALID_DATETIME_FORMAT,
+    INVALID_TEXT_REPRESENTATION,
+    NOT_NULL_VIOLATION,
+    NUMERIC_VALUE_OUT_OF_RANGE,
+    QUERY_CANCELED,
+    SYNTAX_ERROR,
+    UNDEFINED_COLUMN,
+    UNDEFINED_FUNCTION,
+    UNDEFINED_TABLE,
+    UNIQUE_VIOLATION,
+    Error,
+    sql_error,
+)
+
+_PREFIX = re.compile(r"^[A-Za-z ]+ Error: ", re.S)
+_STATE_PREFIXES = ("state.", "rw_sys.", "meta.")
+
+
+def _clean(message: str) -> str:
+    text = _PREFIX.sub("", message, count=1)
+    text = text.split("\n\nLINE ")[0].split("\nLINE ")[0].strip()
+    text = re.sub(r'"?state"?\."?t\d+"?', "relation", text)
+    text = re.sub(r"rw_sys\.(pg|is|rw)__", "", text)
+    text = re.sub(r'"(pg|is|rw)__(\w+)"', r'"\2"', text)
+    return text
+
+
+_PG_TYPE_NAMES = {
+    "INT8": "smallint", "INT16": "smallint", "INT32": "integer", "INT64": "bigint",
+    "BOOL": "boolean", "BOOLEAN": "boolean", "FLOAT": "real", "DOUBLE": "double precision",
+    "DATE": "date", "TIMESTAMP": "timestamp", "TIME": "time", "INTERVAL": "interval",
+    "UUID": "uuid", "BLOB": "bytea", "JSON": "jsonb",
+}  # fmt: skip
+
+
+def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
+    """The Rivulet error for a DuckDB exception raised while running user SQL."""
+    raw = str(exc)
+    msg = _clean(raw)
+    low = msg.lower()
+    position = None
+
+    def locate(name: str) -> int | None:
+        if sql and name:
+            i = sql.find(name)
+            return i + 1 if i >= 0 else None
+        return None
+
+    if isinstance(exc, duckdb.InterruptException):
+        return sql_error(QUERY_CANCELED, "canceling statement due to user request")
+    if "division by zero" in low:
+        return sql_error(DIVISION_BY_ZERO, "division by zero")
+    if isinstance(exc, duckdb.ConstraintException):
+        if "not null" in low:
+            return sql_error(NOT_NULL_VIOLATION, msg)
+        return sql_error(UNIQUE_VIOLATION, msg)
+    if isinstance(exc, duckdb.PermissionException):
+        return sql_error(INSUFFICIENT_PRIVILEGE, msg)
+    if isinstance(exc, duckdb.BinderException):
+        m = re.search(r'Referenced column "([^"]+)" not found', msg) or re.search(
+            r'does not have a column named "([^"]+)"', msg
+        )
+        if m:
+            name = m.group(1)
+            return sql_error(
+                UNDEFINED_COLUMN, f'column "{name}" does not exist', position=locate(name)
+            )
+        m = re.search(r'Referenced table "([^"]+)" not found', msg)
+        if m:
+            name = m.group(1)
+            return sql_error(
+                UNDEFINED_TABLE,
+                f'missing FROM-clause entry for table "{name}"',
+                position=locate(name),
+            )
+        if "ambiguous" in low:
+            m = re.search(r'"([^"]+)" is ambiguous', msg)
+            name = m.group(1) if m else ""
+            return sql_error(
+                AMBIGUOUS_COLUMN,
+                f'column reference "{name}" is ambiguous' if name else msg,
+                position=locate(name),
+            )
+        if "no function matches" in low or "function with name" in low:
+            return sql_error(UNDEFINED_FUNCTION, msg)
+        if "group by" in low:
+            return sql_error("42803", msg)
+        if (
+            "cannot compare" in low
+            or "cannot mix" in low
+            or "implicit cast" in low
+            or ("could not" in low and "convert" in low)
+        ):
+            return sql_error(DATATYPE_MISMATCH, msg)
+        return sql_error("42000", msg)
+    if isinstance(exc, duckdb.CatalogException):
+        m = re.search(r"with name ([^ ]+) does not exist", msg)
+        if m:
+            name = m.group(1).strip('"!')
+            kind = "function" if "function" in low else "relation"
+            code = UNDEFINED_FUNCTION if kind == "function" else UNDEFINED_TABLE
+            return sql_error(code, f'{kind} "{name}" does not exist', position=locate(name))
+        return sql_error(UNDEFINED_TABLE, msg)
+    if isinstance(exc, duckdb.ParserException):
+        m = re.search(r'syntax error at or near "([^"]*)"', msg)
+        return sql_error(SYNTAX_ERROR, msg, position=locate(m.group(1)) if m else position)
+    if isinstance(exc, duckdb.ConversionException):
+        m = re.search(r"Could not convert string '(.*)' to (\w+)", msg, re.S)
+        if m:
+            pg = _PG_TYPE_NAMES.get(m.group(2).upper(), m.group(2).lower())
+            return sql_error(
+                INVALID_TEXT_REPRESENTATION,
+                f'invalid input syntax for type {pg}: "{m.group(1)}"',
+            )
+        if "out of range" in low or "overflow" in low:
+            return sql_error(NUMERIC_VALUE_OUT_OF_RANGE, msg)
+        if "timestamp" in low or "date" in low or "time" in low or "interval" in low:
+            return sql_error(INVALID_DATETIME_FORMAT, msg)
+        return sql_error(INVALID_TEXT_REPRESENTATION, msg)
+    if isinstance(exc, duckdb.OutOfRangeException):
+        return sql_error(NUMERIC_VALUE_OUT_OF_RANGE, msg)
+    if isinstance(exc, duckdb.NotImplementedException):
+        return sql_error(FEATURE_NOT_SUPPORTED, msg)
+    if isinstance(exc, duckdb.InvalidInputException):
+        return sql_error("22023", msg)
+    if isinstance(exc, duckdb.TypeMismatchException):
+        return sql_error(DATATYPE_MISMATCH, msg)
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return sql_error("53200", msg)
+    return sql_error(INTERNAL_ERROR, msg)

@@ -1,0 +1,63 @@
+"""Statement handlers, one module per family; ``dispatch`` picks one by node type."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from rivulet.common.errors import FEATURE_NOT_SUPPORTED, INSUFFICIENT_PRIVILEGE, sql_error
+from rivulet.sql import dialect
+from rivulet.sql.handlers import copy, ddl, dml, misc, query, session_statements, show
+from rivulet.sql.parser import Statement
+from rivulet.sql.result import StatementResult
+
+if TYPE_CHECKING:
+    from rivulet.sql.session import Session
+
+Handler = Callable[["Session", Statement, list[object]], Awaitable[StatementResult]]
+
+_HANDLERS: list[tuple[type[exp.Expression], Handler]] = [
+    (exp.Query, query.handle_query),
+    (exp.Insert, dml.handle_insert),
+    (exp.Update, dml.handle_update),
+    (exp.Delete, dml.handle_delete),
+    (exp.Create, ddl.handle_create),
+    (exp.Drop, ddl.handle_drop),
+    (exp.Alter, ddl.handle_alter),
+    (exp.Copy, copy.handle_copy),
+    (exp.Describe, show.handle_describe),
+    (dialect.ShowStatement, show.handle_show),
+    (dialect.SetVariable, session_statements.handle_set),
+    (dialect.ResetVariable, session_statements.handle_reset),
+    (dialect.TransactionStatement, session_statements.handle_transaction),
+    (dialect.DiscardStatement, session_statements.handle_discard),
+    (dialect.FlushStatement, misc.handle_flush),
+    (dialect.WaitStatement, misc.handle_wait),
+    (dialect.RecoverStatement, misc.handle_recover),
+    (dialect.CancelJobsStatement, misc.handle_cancel_jobs),
+    (dialect.ExplainStatement, misc.handle_explain),
+    (exp.Command, misc.handle_command),
+]
+
+_WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Copy)
+
+
+async def dispatch(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    if isinstance(ast, exp.Pragma):
+        raise sql_error(
+            INSUFFICIENT_PRIVILEGE,
+            "PRAGMA is not a Rivulet statement",
+            hint="Use SET and SHOW for session settings.",
+        )
+    for kind, handler in _HANDLERS:
+        if isinstance(ast, kind):
+            if session.in_transaction and isinstance(ast, _WRITES):
+                session.wrote_in_transaction = True
+            return await handler(session, stmt, params)
+    name = type(ast).__name__.upper()
+    if isinstance(ast, exp.TruncateTable):
+        name = "TRUNCATE"
+    raise sql_error(FEATURE_NOT_SUPPORTED, f"{name} is not supported yet")

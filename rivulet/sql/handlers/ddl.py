@@ -1,0 +1,324 @@
+"""CREATE TABLE, DROP TABLE, and the DDL that later issues will bring (refused clearly)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from rivulet.common.chunk import ROW_ID_COLUMN
+from rivulet.common.errors import (
+    DUPLICATE_COLUMN,
+    FEATURE_NOT_SUPPORTED,
+    INSUFFICIENT_PRIVILEGE,
+    INVALID_SCHEMA_NAME,
+    SYNTAX_ERROR,
+    UNDEFINED_COLUMN,
+    UNDEFINED_TABLE,
+    WRONG_OBJECT_TYPE,
+    sql_error,
+)
+from rivulet.common.types import BIGINT, DataType, column_type_from_sql
+from rivulet.meta.catalog import DEFAULT_SCHEMA, SYSTEM_SCHEMAS, ColumnCatalog, TableCatalog
+from rivulet.sql.binder import Binder, position_of
+from rivulet.sql.parser import Statement
+from rivulet.sql.result import Notice, StatementResult, command
+
+if TYPE_CHECKING:
+    from rivulet.sql.session import Session
+
+# What later issues bring; until then such statements fail with 0A000 and say so.
+_COMING = {
+    "MATERIALIZED VIEW": "CREATE MATERIALIZED VIEW",
+    "SOURCE": "CREATE SOURCE",
+    "SINK": "CREATE SINK",
+    "INDEX": "CREATE INDEX",
+    "VIEW": "CREATE VIEW",
+    "SCHEMA": "CREATE SCHEMA",
+    "FUNCTION": "CREATE FUNCTION",
+    "DATABASE": "CREATE DATABASE",
+    "USER": "CREATE USER",
+    "SECRET": "CREATE SECRET",
+    "CONNECTION": "CREATE CONNECTION",
+}
+
+
+def target_schema(session: Session, table: exp.Table) -> str:
+    """The schema a new object goes to: the named one, else the first of the search path."""
+    if table.catalog and table.catalog != session.database:
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            f'cross-database references are not implemented: "{table.sql(dialect="postgres")}"',
+        )
+    if table.db:
+        schema = table.db
+    else:
+        path = [s for s in session.config.search_path() if s != "$user"]
+        schema = next((s for s in path if s in session.ctx.catalog.schemas), DEFAULT_SCHEMA)
+    if schema in SYSTEM_SCHEMAS:
+        raise sql_error(
+            INSUFFICIENT_PRIVILEGE, f'permission denied to create in system schema "{schema}"'
+        )
+    if schema not in session.ctx.catalog.schemas:
+        raise sql_error(INVALID_SCHEMA_NAME, f'schema "{schema}" does not exist')
+    return schema
+
+
+def _create_kind(ast: exp.Create) -> str:
+    kind = (ast.args.get("kind") or "").upper()
+    props = ast.args.get("properties")
+    if (
+        kind == "VIEW"
+        and props
+        and any(isinstance(p, exp.MaterializedProperty) for p in props.expressions)
+    ):
+        return "MATERIALIZED VIEW"
+    return kind
+
+
+async def handle_create(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Create)
+    kind = _create_kind(ast)
+    if kind == "TABLE":
+        return await _create_table(session, stmt, ast)
+    what = _COMING.get(kind, f"CREATE {kind}")
+    hint = None
+    if kind == "MATERIALIZED VIEW":
+        hint = "Materialized views arrive with the streaming engine; query the tables directly for now."
+    raise sql_error(FEATURE_NOT_SUPPORTED, f"{what} is not supported yet", hint=hint)
+
+
+async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:
+    target = ast.this
+    props = ast.args.get("properties")
+    if props is not None:
+        names = [p.name.lower() for p in props.expressions if isinstance(p, exp.Property)]
+        if "connector" in names:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                "tables with a connector (WITH (connector = ...)) are not supported yet",
+                hint="Create a plain table and write to it with INSERT or COPY.",
+            )
+        if any(not isinstance(p, exp.Property) for p in props.expressions) or names:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f"table options are not supported yet: {props.sql(dialect='postgres')}",
+            )
+    if isinstance(ast.expression, exp.Query):
+        return await _create_table_as(session, stmt, ast)
+    if not isinstance(target, exp.Schema):
+        raise sql_error(SYNTAX_ERROR, "CREATE TABLE needs a column list or AS query")
+    table_ref = target.this
+    assert isinstance(table_ref, exp.Table)
+    schema = target_schema(session, table_ref)
+    name = table_ref.name
+    columns: list[ColumnCatalog] = []
+    pk_names: list[str] = []
+    for item in target.expressions:
+        if isinstance(item, exp.ColumnDef):
+            col, is_pk = _column(item)
+            if any(c.name == col.name for c in columns):
+                raise sql_error(
+                    DUPLICATE_COLUMN,
+                    f'column "{col.name}" specified more than once',
+                    position=position_of(item),
+                )
+            columns.append(col)
+            if is_pk:
+                if pk_names:
+                    raise sql_error(
+                        "42P16", f'multiple primary keys for table "{name}" are not allowed'
+                    )
+                pk_names.append(col.name)
+        elif isinstance(item, exp.PrimaryKey):
+            if pk_names:
+                raise sql_error(
+                    "42P16", f'multiple primary keys for table "{name}" are not allowed'
+                )
+            pk_names = [e.name for e in item.expressions]
+        else:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f"table constraint is not supported yet: {item.sql(dialect='postgres')}",
+                position=position_of(item),
+            )
+    if not columns:
+        raise sql_error(SYNTAX_ERROR, "a table needs at least one column")
+    if len(set(pk_names)) != len(pk_names):
+        raise sql_error(DUPLICATE_COLUMN, "primary key column listed more than once")
+    table = build_table(schema, name, columns, pk_names, stmt.text)
+    created = await session.ctx.ddl.create_table(table, if_not_exists=bool(ast.args.get("exists")))
+    if not created:
+        return command("CREATE_TABLE", Notice(f'relation "{name}" already exists, skipping'))
+    return command("CREATE_TABLE")
+
+
+def build_table(
+    schema: str, name: str, columns: list[ColumnCatalog], pk_names: list[str], definition: str
+) -> TableCatalog:
+    """A table catalog entry (id 0: the DDL controller allocates it)."""
+    names = [c.name for c in columns]
+    if ROW_ID_COLUMN in names:
+        raise sql_error(DUPLICATE_COLUMN, f'column name "{ROW_ID_COLUMN}" is reserved')
+    for pk in pk_names:
+        if pk not in names:
+            raise sql_error(UNDEFINED_COLUMN, f'column "{pk}" named in key does not exist')
+    if pk_names:
+        pk = tuple(names.index(p) for p in pk_names)
+        for i in pk:
+            if not _hashable(columns[i].type):
+                raise sql_error(
+                    FEATURE_NOT_SUPPORTED,
+                    f'column "{columns[i].name}" of type {columns[i].type.name} cannot be part'
+                    " of a primary key",
+                )
+        cols = tuple(
+            ColumnCatalog(c.name, c.type, c.not_null or i in pk, c.hidden)
+            for i, c in enumerate(columns)
+        )
+    else:
+        cols = (*columns, ColumnCatalog(ROW_ID_COLUMN, BIGINT, True, True))
+        pk = (len(columns),)
+    return TableCatalog(
+        id=0, schema=schema, name=name, columns=cols, pk=pk, dist_key=pk, definition=definition
+    )
+
+
+def _hashable(t: DataType) -> bool:
+    return t.name not in ("jsonb",)
+
+
+def _column(item: exp.ColumnDef) -> tuple[ColumnCatalog, bool]:
+    name = item.name
+    kind = item.args.get("kind")
+    if kind is None:
+        raise sql_error(SYNTAX_ERROR, f'column "{name}" needs a type', position=position_of(item))
+    try:
+        dtype = column_type_from_sql(kind)
+    except Exception as exc:
+        if hasattr(exc, "position") and exc.position is None:  # type: ignore[union-attr]
+            exc.position = position_of(item)  # type: ignore[union-attr]
+        raise
+    not_null = False
+    is_pk = False
+    for c in item.args.get("constraints") or []:
+        k = c.args.get("kind")
+        if isinstance(k, exp.PrimaryKeyColumnConstraint):
+            is_pk = True
+        elif isinstance(k, exp.NotNullColumnConstraint):
+            not_null = not k.args.get("allow_null")
+        else:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f"column constraint is not supported yet: {c.sql(dialect='postgres')}",
+                position=position_of(item),
+            )
+    return ColumnCatalog(name, dtype, not_null), is_pk
+
+
+async def _create_table_as(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:
+    """CREATE TABLE t AS query: the query's columns, then its rows."""
+    from rivulet.sql.handlers.dml import insert_rows
+
+    table_ref = ast.this
+    if isinstance(table_ref, exp.Schema):
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED, "CREATE TABLE AS with a column list is not supported yet"
+        )
+    assert isinstance(table_ref, exp.Table)
+    schema = target_schema(session, table_ref)
+    name = table_ref.name
+    if session.ctx.catalog.name_taken(schema, name):
+        if ast.args.get("exists"):
+            return command("CREATE_TABLE", Notice(f'relation "{name}" already exists, skipping'))
+        from rivulet.common.errors import DUPLICATE_TABLE
+
+        raise sql_error(DUPLICATE_TABLE, f'relation "{name}" already exists')
+    binder = Binder(session.bind_context())
+    bound = binder.bind_query(ast.expression)
+    rows = await session.run_query(lambda cur: cur.sql(bound.sql).to_arrow_table())
+    described = await session.run_query(lambda cur: cur.sql(bound.sql).types)
+    columns = []
+    for col_name, dtype in zip(rows.column_names, described):
+        t = DataType.from_duckdb(str(dtype))
+        if t.name not in {
+            "boolean", "smallint", "integer", "bigint", "real", "double precision", "numeric",
+            "character varying", "date", "time without time zone", "timestamp without time zone",
+            "timestamp with time zone", "interval", "jsonb", "bytea",
+        }:  # fmt: skip
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f'column "{col_name}" would have type {t.name}, which tables do not support yet',
+            )
+        if t.name == "numeric" and str(dtype).upper() in ("HUGEINT", "UBIGINT", "UHUGEINT"):
+            t = DataType.numeric(38, 0)
+        columns.append(ColumnCatalog(col_name, t))
+    table = build_table(schema, name, columns, [], stmt.text)
+    await session.ctx.ddl.create_table(table)
+    created = session.ctx.catalog.get_table(schema, name)
+    assert created is not None
+    count = await insert_rows(session, created, rows.rename_columns([c.name for c in columns]))
+    return StatementResult(tag="CREATE_TABLE", rowcount=count)
+
+
+async def handle_drop(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Drop)
+    kind = (ast.args.get("kind") or "").upper()
+    if ast.args.get("materialized"):
+        kind = "MATERIALIZED VIEW"
+    if kind != "TABLE":
+        if kind in ("MATERIALIZED VIEW", "VIEW", "SOURCE", "SINK", "INDEX", "SCHEMA"):
+            # Nothing of these kinds can exist yet: behave as PostgreSQL for a missing object.
+            if ast.args.get("exists"):
+                names = ", ".join(t.name for t in ast.expressions)
+                return command(
+                    f"DROP_{kind.replace(' ', '_')}",
+                    Notice(f'{kind.lower()} "{names}" does not exist, skipping'),
+                )
+            t = ast.expressions[0] if ast.expressions else None
+            raise sql_error(
+                UNDEFINED_TABLE,
+                f'{kind.lower()} "{t.name if t else ""}" does not exist',
+                position=position_of(t) if t is not None else None,
+            )
+        raise sql_error(FEATURE_NOT_SUPPORTED, f"DROP {kind} is not supported yet")
+    binder = Binder(session.bind_context())
+    notices = []
+    targets: list[TableCatalog] = []
+    for t in ast.expressions:
+        assert isinstance(t, exp.Table)
+        table = binder.lookup_table(t.db or None, t.name)
+        if table is None and session.ctx.system.relation(t.db or "pg_catalog", t.name):
+            raise sql_error(
+                INSUFFICIENT_PRIVILEGE, f'permission denied: "{t.name}" is a system catalog'
+            )
+        if table is None:
+            if ast.args.get("exists"):
+                notices.append(Notice(f'table "{t.name}" does not exist, skipping'))
+                continue
+            raise sql_error(
+                UNDEFINED_TABLE, f'table "{t.name}" does not exist', position=position_of(t)
+            )
+        if table.kind != "table":
+            raise sql_error(
+                WRONG_OBJECT_TYPE,
+                f'"{t.name}" is not a table',
+                hint=f"Use DROP {table.kind.upper()}.",
+            )
+        targets.append(table)
+    for table in targets:
+        await session.ctx.ddl.drop_table(table)
+    return command("DROP_TABLE", *notices)
+
+
+async def handle_alter(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    text = " ".join(stmt.text.split()).upper()
+    if "PARALLELISM" in text:
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            "ALTER ... SET PARALLELISM is not supported yet",
+            hint="Tables are written by a single writer until the streaming engine arrives.",
+        )
+    raise sql_error(FEATURE_NOT_SUPPORTED, "ALTER is not supported yet")

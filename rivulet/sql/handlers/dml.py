@@ -1,0 +1,398 @@
+"""INSERT, UPDATE and DELETE.
+
+Each statement is evaluated by DuckDB as a query over the last committed state - what to
+insert, which rows to change and their new values - and the resulting chunk goes to the
+table's writer, which resolves primary-key conflicts (a new row overwrites the old one, as
+in RisingWave) and produces the change chunk. The statement returns once its epoch is
+committed, so the next statement sees its effect.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from sqlglot import exp
+
+from rivulet.common.chunk import VNODE_COLUMN
+from rivulet.common.errors import (
+    DUPLICATE_COLUMN,
+    FEATURE_NOT_SUPPORTED,
+    INSUFFICIENT_PRIVILEGE,
+    NOT_NULL_VIOLATION,
+    SYNTAX_ERROR,
+    UNDEFINED_COLUMN,
+    UNDEFINED_TABLE,
+    WRONG_OBJECT_TYPE,
+    sql_error,
+)
+from rivulet.common.types import arrow_type_of
+from rivulet.meta.catalog import SYSTEM_SCHEMAS, TableCatalog
+from rivulet.sql.binder import INTERNAL, Binder, position_of, quote
+from rivulet.sql.parser import Statement
+from rivulet.sql.result import Column, StatementResult
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from rivulet.sql.session import Session
+
+_names = itertools.count()
+
+
+def resolve_target(session: Session, binder: Binder, ref: exp.Expression) -> TableCatalog:
+    """The table a DML statement writes to."""
+    assert isinstance(ref, exp.Table)
+    table = binder.lookup_table(ref.db or None, ref.name)
+    if table is None:
+        if ref.db in SYSTEM_SCHEMAS or session.ctx.system.relation(
+            ref.db or "pg_catalog", ref.name
+        ):
+            raise sql_error(INSUFFICIENT_PRIVILEGE, f'cannot change system catalog "{ref.name}"')
+        raise sql_error(
+            UNDEFINED_TABLE, f'table "{ref.name}" does not exist', position=position_of(ref)
+        )
+    if table.kind != "table":
+        raise sql_error(
+            WRONG_OBJECT_TYPE,
+            f'cannot change {table.kind} "{table.name}"',
+            hint="Only tables accept INSERT, UPDATE and DELETE.",
+        )
+    return table
+
+
+def check_not_null(table: TableCatalog, rows: pa.Table) -> None:
+    for col in table.columns:
+        if col.not_null and col.name in rows.column_names and rows.column(col.name).null_count:
+            raise sql_error(
+                NOT_NULL_VIOLATION,
+                f'null value in column "{col.name}" of relation "{table.name}" violates'
+                " not-null constraint",
+            )
+
+
+async def insert_rows(session: Session, table: TableCatalog, rows: pa.Table) -> int:
+    """Write rows (the table's visible columns, in order and typed) and wait for commit."""
+    check_not_null(table, rows)
+    writer = session.ctx.runtime.writer(table.id)
+    if writer is None:
+        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+    async with writer.lock:
+        if writer.dropped:
+            raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+        result = await session.run_query(lambda cur: writer.insert(rows, cur))
+    await session.ctx.barrier.flush()
+    return result.rows_affected
+
+
+def _target_columns(table: TableCatalog, target: exp.Expression) -> list[str]:
+    visible = [c.name for c in table.visible_columns]
+    if not isinstance(target, exp.Schema):
+        return visible
+    names = [e.name for e in target.expressions]
+    for e, n in zip(target.expressions, names):
+        if n not in visible:
+            raise sql_error(
+                UNDEFINED_COLUMN,
+                f'column "{n}" of relation "{table.name}" does not exist',
+                position=position_of(e),
+            )
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise sql_error(DUPLICATE_COLUMN, f'column "{dup}" specified more than once')
+    return names
+
+
+async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Insert)
+    if ast.args.get("conflict"):
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            "INSERT ... ON CONFLICT is not supported yet",
+            hint="A row whose primary key exists already overwrites the old row.",
+        )
+    binder = Binder(session.bind_context())
+    target_ref = ast.this.this if isinstance(ast.this, exp.Schema) else ast.this
+    table = resolve_target(session, binder, target_ref)
+    targets = _target_columns(table, ast.this)
+    types = {c.name: c.type for c in table.columns}
+    source = ast.expression
+    if source is None:
+        raise sql_error(SYNTAX_ERROR, "INSERT needs VALUES or a query")
+    if isinstance(source, exp.Values):
+        # PostgreSQL coerces each VALUES item to its target column's type.
+        for row in source.expressions:
+            items = row.expressions
+            if len(items) != len(targets):
+                raise _width_error(len(items), len(targets), row)
+            for item, name in zip(list(items), targets):
+                if isinstance(item, exp.Var) and item.name.upper() == "DEFAULT":
+                    item.replace(exp.cast(exp.null(), types[name].duckdb))
+                    continue
+                binder.note_param_type(item, types[name])
+                item.replace(
+                    exp.Cast(
+                        this=item.copy(),
+                        to=exp.DataType.build(types[name].duckdb, dialect="duckdb"),
+                    )
+                )
+    bound = binder.bind_query(source, name_outputs=False)
+    _check_params(bound.param_count, params)
+    src = await session.run_query(
+        lambda cur: cur.sql(bound.sql, params=params or None).to_arrow_table()
+    )
+    if src.num_columns != len(targets):
+        raise _width_error(src.num_columns, len(targets), ast)
+    rows = await session.run_query(lambda cur: _shape_rows(cur, table, targets, src))
+    count = await insert_rows(session, table, rows)
+    returning = ast.args.get("returning")
+    if returning is not None:
+        return await _returning(session, table, target_ref, rows, returning, f"INSERT 0 {count}")
+    return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)
+
+
+def _width_error(have: int, want: int, node: exp.Expression) -> Exception:
+    if have > want:
+        return sql_error(
+            SYNTAX_ERROR,
+            "INSERT has more expressions than target columns",
+            position=position_of(node),
+        )
+    return sql_error(
+        SYNTAX_ERROR, "INSERT has more target columns than expressions", position=position_of(node)
+    )
+
+
+def _check_params(needed: int, params: list[object]) -> None:
+    if needed != len(params):
+        raise sql_error(
+            "08P01",
+            f"the statement needs {needed} parameters, but {len(params)} were supplied",
+        )
+
+
+def _shape_rows(
+    cur: duckdb.DuckDBPyConnection, table: TableCatalog, targets: list[str], src: pa.Table
+) -> pa.Table:
+    """The source's columns as the table's visible columns: cast to their types (DuckDB
+    casts, PostgreSQL semantics), missing ones NULL."""
+    visible = table.visible_columns
+    expected = pa.schema([pa.field(c.name, arrow_type_of(c.type)) for c in visible])
+    if targets == [c.name for c in visible]:
+        renamed = src.rename_columns(targets)
+        if renamed.schema.equals(expected):
+            return renamed
+    name = f"__insert_{next(_names)}"
+    by_target = {t: f"c{i}" for i, t in enumerate(targets)}
+    cols = []
+    for c in visible:
+        if c.name in by_target:
+            cols.append(f'CAST("{by_target[c.name]}" AS {c.type.duckdb}) AS {quote(c.name).sql()}')
+        else:
+            cols.append(f"CAST(NULL AS {c.type.duckdb}) AS {quote(c.name).sql()}")
+    cur.register(name, src.rename_columns([f"c{i}" for i in range(src.num_columns)]))
+    try:
+        out = cur.sql(f"SELECT {', '.join(cols)} FROM {name}").to_arrow_table()
+    finally:
+        cur.unregister(name)
+    return out.cast(expected)
+
+
+def _target_relation(table: TableCatalog, ref: exp.Table) -> exp.Expression:
+    """The target table with its hidden columns, aliased as the statement names it."""
+    sub = Binder.table_subquery(table, with_hidden=True)
+    alias = ref.args.get("alias")
+    sub.set("alias", alias.copy() if alias else exp.TableAlias(this=exp.to_identifier(ref.name)))
+    return sub
+
+
+async def handle_update(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Update)
+    binder = Binder(session.bind_context())
+    ref = ast.this
+    table = resolve_target(session, binder, ref)
+    sets: dict[str, exp.Expression] = {}
+    for eq in ast.expressions:
+        if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
+            raise sql_error(SYNTAX_ERROR, f"bad SET item: {eq.sql(dialect='postgres')}")
+        name = eq.this.name
+        col = table.column(name)
+        if col is None or col.hidden:
+            raise sql_error(
+                UNDEFINED_COLUMN,
+                f'column "{name}" of relation "{table.name}" does not exist',
+                position=position_of(eq.this),
+            )
+        if name in sets:
+            raise sql_error(DUPLICATE_COLUMN, f'multiple assignments to same column "{name}"')
+        binder.note_param_type(eq.expression, col.type)
+        sets[name] = eq.expression
+    stored = table.columns
+    old_cols = [exp.alias_(exp.column(quote(VNODE_COLUMN)), quote(VNODE_COLUMN))]
+    old_cols += [
+        exp.alias_(exp.column(quote(c.name)), quote(f"o{i}")) for i, c in enumerate(stored)
+    ]
+    new_cols = []
+    for i, c in enumerate(stored):
+        value = sets.get(c.name)
+        expr = (
+            exp.Cast(this=value, to=exp.DataType.build(c.type.duckdb, dialect="duckdb"))
+            if value is not None
+            else exp.column(quote(c.name))
+        )
+        new_cols.append(exp.alias_(expr, quote(f"n{i}")))
+    select = exp.select(*old_cols, *new_cols).from_(_target_relation(table, ref))
+    from_ = ast.args.get("from_")
+    if from_ is not None:
+        for extra in [from_.this, *from_.expressions]:
+            if extra is not None:
+                select = select.join(extra, join_type="cross")
+    if ast.args.get("where") is not None:
+        select.set("where", ast.args["where"])
+    bound = binder.bind_query(select, name_outputs=False)
+    _check_params(bound.param_count, params)
+    names = [c.name for c in stored]
+    result = await session.run_query(
+        lambda cur: cur.sql(bound.sql, params=params or None).to_arrow_table()
+    )
+    n = len(stored)
+    schema = pa.schema([pa.field(c.name, arrow_type_of(c.type)) for c in stored])
+    old = result.select([VNODE_COLUMN, *[f"o{i}" for i in range(n)]]).rename_columns(
+        [VNODE_COLUMN, *names]
+    )
+    new = result.select([f"n{i}" for i in range(n)]).rename_columns(names).cast(schema)
+    check_not_null(table, new)
+    count = await _write_update(session, table, old, new)
+    returning = ast.args.get("returning")
+    if returning is not None:
+        visible = new.select([c.name for c in table.visible_columns])
+        return await _returning(session, table, ref, visible, returning, f"UPDATE {count}")
+    return StatementResult(tag=f"UPDATE {count}", rowcount=count)
+
+
+async def _write_update(session: Session, table: TableCatalog, old: pa.Table, new: pa.Table) -> int:
+    writer = session.ctx.runtime.writer(table.id)
+    if writer is None:
+        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+    if old.num_rows == 0:
+        return 0
+    async with writer.lock:
+        if writer.dropped:
+            raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+        result = await session.run_query(lambda cur: writer.update(old, new, cur))
+    await session.ctx.barrier.flush()
+    return result.rows_affected
+
+
+async def handle_delete(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Delete)
+    binder = Binder(session.bind_context())
+    ref = ast.this
+    table = resolve_target(session, binder, ref)
+    cols = [exp.column(quote(VNODE_COLUMN))] + [exp.column(quote(c.name)) for c in table.columns]
+    select = exp.select(*cols).from_(_target_relation(table, ref))
+    for extra in ast.args.get("using") or []:
+        select = select.join(extra, join_type="cross")
+    if ast.args.get("where") is not None:
+        select.set("where", ast.args["where"])
+    bound = binder.bind_query(select, name_outputs=False)
+    _check_params(bound.param_count, params)
+    rows = await session.run_query(
+        lambda cur: cur.sql(bound.sql, params=params or None).to_arrow_table()
+    )
+    count = rows.num_rows
+    if count:
+        writer = session.ctx.runtime.writer(table.id)
+        if writer is None:
+            raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+        async with writer.lock:
+            if writer.dropped:
+                raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+            await session.run_query(lambda cur: writer.delete(rows, cur))
+        await session.ctx.barrier.flush()
+    returning = ast.args.get("returning")
+    if returning is not None:
+        visible = rows.select([c.name for c in table.visible_columns])
+        return await _returning(session, table, ref, visible, returning, f"DELETE {count}")
+    return StatementResult(tag=f"DELETE {count}", rowcount=count)
+
+
+async def _returning(
+    session: Session,
+    table: TableCatalog,
+    ref: exp.Table,
+    rows: pa.Table,
+    returning: exp.Expression,
+    tag: str,
+) -> StatementResult:
+    """Evaluate RETURNING expressions over the affected rows."""
+    from rivulet.common.types import DataType
+
+    name = f"__returning_{next(_names)}"
+    rel = exp.Table(this=exp.to_identifier(name))
+    rel.meta[INTERNAL] = True
+    alias = ref.args.get("alias")
+    rel.set("alias", alias.copy() if alias else exp.TableAlias(this=exp.to_identifier(ref.name)))
+    select = exp.select(*[e.copy() for e in returning.expressions]).from_(rel)
+    binder = Binder(session.bind_context())
+    bound = binder.bind_query(select)
+
+    def run(cur: duckdb.DuckDBPyConnection) -> tuple[pa.Table, list[str]]:
+        cur.register(name, rows)
+        try:
+            relation = cur.sql(bound.sql)
+            return relation.to_arrow_table(), [str(t) for t in relation.types]
+        finally:
+            cur.unregister(name)
+
+    out, types = await session.run_query(run)
+    columns = [Column(n, DataType.from_duckdb(t)) for n, t in zip(out.column_names, types)]
+    return StatementResult(tag=tag, columns=columns, rows=out, rowcount=out.num_rows)
+
+
+async def insert_many(
+    session: Session, sql: str, param_rows: list[tuple[object, ...]]
+) -> StatementResult | None:
+    """``INSERT ... VALUES (%s, ...)`` for many parameter rows, as one batch: the rows
+    become Arrow columns and one write. None when ``sql`` is not of that shape."""
+    stmts = session.parse(sql)
+    if len(stmts) != 1 or not isinstance(stmts[0].ast, exp.Insert):
+        return None
+    ast = stmts[0].ast
+    source = ast.expression
+    if (
+        not isinstance(source, exp.Values)
+        or len(source.expressions) != 1
+        or ast.args.get("returning") is not None
+        or ast.args.get("conflict") is not None
+    ):
+        return None
+    items = source.expressions[0].expressions
+    if not all(isinstance(i, exp.Placeholder | exp.Parameter) for i in items):
+        return None
+    if any(isinstance(i, exp.Parameter) for i in items):
+        order = [int(i.name) - 1 for i in items]
+    else:
+        order = list(range(len(items)))
+    width = max(order, default=-1) + 1
+    if any(len(r) != width for r in param_rows):
+        raise sql_error("08P01", f"every parameter row needs {width} values")
+    binder = Binder(session.bind_context())
+    target_ref = ast.this.this if isinstance(ast.this, exp.Schema) else ast.this
+    table = resolve_target(session, binder, target_ref)
+    targets = _target_columns(table, ast.this)
+    if len(items) != len(targets):
+        raise _width_error(len(items), len(targets), ast)
+    try:
+        src = pa.table({f"c{j}": pa.array([r[k] for r in param_rows]) for j, k in enumerate(order)})
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None  # mixed Python types in a column: one statement per row instead
+    if not param_rows:
+        return StatementResult(tag="INSERT 0 0", rowcount=0)
+    rows = await session.run_query(lambda cur: _shape_rows(cur, table, targets, src))
+    count = await insert_rows(session, table, rows)
+    return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)

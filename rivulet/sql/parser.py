@@ -1,0 +1,157 @@
+"""Split a query string into statements and parse each with the Rivulet dialect.
+
+Errors become SQLSTATE 42601 with the 1-based character position PostgreSQL reports, so
+that psql can point at the offending token.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from rivulet.common.errors import SYNTAX_ERROR, Error, sql_error
+from rivulet.sql.dialect import DIALECT, WORD_STATEMENTS, RwStatement
+
+# sqlglot warns when it falls back to a bare command; we report such statements ourselves.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+# Top-level nodes that are statements; anything else at the top is a syntax error.
+_STATEMENT_TYPES: tuple[type[exp.Expression], ...] = (
+    exp.Query,
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.Copy,
+    exp.Describe,
+    exp.Command,
+    exp.Set,
+    exp.Transaction,
+    exp.Commit,
+    exp.Rollback,
+    exp.TruncateTable,
+    exp.Use,
+    exp.Pragma,
+    exp.Comment,
+    exp.Grant,
+    exp.Merge,
+    exp.Analyze,
+    exp.Kill,
+    RwStatement,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One parsed statement and where it sits in the query string."""
+
+    ast: exp.Expression
+    text: str
+    start: int  # 0-based offset of the statement's first character in the query string
+
+
+def _position(sql: str, line: int, col: int) -> int:
+    """1-based character position of (line, col) as sqlglot reports them."""
+    lines = sql.split("\n")
+    offset = sum(len(part) + 1 for part in lines[: max(line - 1, 0)])
+    return offset + max(col, 1)
+
+
+def _syntax_error(sql: str, exc: Exception) -> Error:
+    if isinstance(exc, ParseError) and exc.errors:
+        err = exc.errors[0]
+        near = (err.get("highlight") or "").strip()
+        desc = err.get("description") or "syntax error"
+        if "SENTINEL" in desc:
+            return sql_error(SYNTAX_ERROR, "syntax error at end of input", position=len(sql) + 1)
+        pos = _position(sql, err.get("line") or 1, err.get("col") or 1)
+        if near:
+            pos = pos - len(near) + 1
+            message = f'syntax error at or near "{near}"'
+        else:
+            message = "syntax error at end of input"
+        if desc.startswith("syntax error") or "<Token" in desc:
+            detail = None
+        else:
+            detail = desc.split(". Line ")[0]
+        return sql_error(SYNTAX_ERROR, message, detail=detail, position=max(pos, 1))
+    if isinstance(exc, TokenError):
+        text = str(exc)
+        return sql_error(
+            SYNTAX_ERROR,
+            "syntax error: unterminated quoted string or identifier"
+            if "'" in text or '"' in text
+            else f"syntax error: {text}",
+            position=len(sql),
+        )
+    return sql_error(SYNTAX_ERROR, f"syntax error: {exc}")
+
+
+# Tokens that may begin a statement (besides the dialect's word statements).
+_STARTERS = {
+    TokenType.SELECT, TokenType.WITH, TokenType.VALUES, TokenType.L_PAREN, TokenType.TABLE,
+    TokenType.INSERT, TokenType.UPDATE, TokenType.DELETE, TokenType.CREATE, TokenType.DROP,
+    TokenType.ALTER, TokenType.COPY, TokenType.DESCRIBE, TokenType.DESC, TokenType.SET,
+    TokenType.BEGIN, TokenType.COMMIT, TokenType.ROLLBACK, TokenType.TRUNCATE,
+    TokenType.COMMAND, TokenType.EXECUTE, TokenType.FETCH, TokenType.SHOW, TokenType.COMMENT,
+    TokenType.GRANT, TokenType.REVOKE, TokenType.MERGE, TokenType.ANALYZE, TokenType.USE,
+    TokenType.PRAGMA, TokenType.KILL, TokenType.LOAD, TokenType.DECLARE, TokenType.RENAME,
+    TokenType.CACHE, TokenType.UNCACHE, TokenType.REFRESH,
+}  # fmt: skip
+
+
+def _split(tokens: list[Token]) -> list[list[Token]]:
+    chunks: list[list[Token]] = [[]]
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            chunks.append([])
+        else:
+            chunks[-1].append(tok)
+    return [c for c in chunks if c]
+
+
+def parse_statements(sql: str) -> list[Statement]:
+    """Every statement in ``sql``, in order. Raises a 42601 error on bad syntax."""
+    try:
+        tokens = DIALECT.tokenize(sql)
+    except TokenError as exc:
+        raise _syntax_error(sql, exc) from None
+    out: list[Statement] = []
+    for chunk in _split(tokens):
+        first = chunk[0]
+        if first.token_type not in _STARTERS and first.text.upper() not in WORD_STATEMENTS:
+            raise sql_error(
+                SYNTAX_ERROR, f'syntax error at or near "{first.text}"', position=first.start + 1
+            )
+        start, end = first.start, chunk[-1].end + 1
+        # A string token may carry its quotes outside [start, end]; extend to the token.
+        text = sql[start:end]
+        try:
+            parsed = DIALECT.parser().parse(chunk, sql)
+        except (ParseError, TokenError) as exc:
+            raise _syntax_error(sql, exc) from None
+        ast = parsed[0] if parsed else None
+        if ast is None:
+            continue
+        if not isinstance(ast, _STATEMENT_TYPES):
+            first = chunk[0]
+            raise sql_error(
+                SYNTAX_ERROR,
+                f'syntax error at or near "{first.text}"',
+                position=first.start + 1,
+            )
+        out.append(Statement(ast, text, start))
+    return out
+
+
+def parse_one(sql: str) -> Statement:
+    stmts = parse_statements(sql)
+    if len(stmts) != 1:
+        raise sql_error(SYNTAX_ERROR, f"expected one statement, got {len(stmts)}")
+    return stmts[0]

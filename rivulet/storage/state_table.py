@@ -1,0 +1,230 @@
+"""State tables: keyed, vnode-prefixed tables in the state store, with an epoch overlay.
+
+Every row is stored as ``(_vnode, columns...)``; its key is ``(_vnode, pk...)`` and the
+vnode is a function of the distribution key, so the key begins with the vnode. Moving a
+vnode between actors therefore moves no data: the new owner reads it from DuckDB.
+
+Writes of the running epoch go to an in-memory ``MemTable`` (Arrow batches); the writer
+reads its own writes through it. At a checkpoint the memtable is sealed and later flushed
+into DuckDB inside the epoch's transaction. Lookups consult the current memtable, then the
+sealed ones not yet committed, then DuckDB - all vectorized, a chunk of keys at a time.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rivulet.common.chunk import OP_COLUMN, VNODE_COLUMN, Op, StreamChunk
+from rivulet.common.types import DataType, arrow_type_of
+from rivulet.common.vnode import compute_vnodes
+from rivulet.storage.state_store import STATE_SCHEMA
+
+_PRESENT_OPS = (int(Op.INSERT), int(Op.UPDATE_INSERT))
+_registration_names = itertools.count()
+
+
+def quote_ident(name: str) -> str:
+    """Quote an identifier for DuckDB SQL built by the engine (never splice raw names)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class StateTableSchema:
+    """Layout of one state table: stored columns (hidden ones included), key and
+    distribution key as indices into ``columns``."""
+
+    table_id: int
+    columns: tuple[tuple[str, DataType], ...]
+    pk: tuple[int, ...]
+    dist_key: tuple[int, ...]
+    not_null: tuple[int, ...] = ()
+
+    @property
+    def physical_name(self) -> str:
+        return f"{STATE_SCHEMA}.{quote_ident(f't{self.table_id}')}"
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c[0] for c in self.columns]
+
+    @property
+    def key_names(self) -> list[str]:
+        return [VNODE_COLUMN] + [self.columns[i][0] for i in self.pk]
+
+    def create_sql(self) -> str:
+        cols = [f"{VNODE_COLUMN} SMALLINT NOT NULL"]
+        for i, (name, dtype) in enumerate(self.columns):
+            nn = " NOT NULL" if i in self.pk or i in self.not_null else ""
+            cols.append(f"{quote_ident(name)} {dtype.duckdb}{nn}")
+        return f"CREATE TABLE {self.physical_name} ({', '.join(cols)})"
+
+    def drop_sql(self) -> str:
+        return f"DROP TABLE IF EXISTS {self.physical_name}"
+
+
+@dataclass
+class MemTable:
+    """One epoch's writes to a state table: Arrow batches of ``[_vnode, cols..., __op]``.
+
+    A key's last op wins. ``overwrites`` is False while every write was an insert of a
+    key that did not exist, in which case the batches need no consolidation and the flush
+    needs no delete.
+    """
+
+    batches: list[pa.Table] = field(default_factory=list)
+    overwrites: bool = False
+    _consolidated: pa.Table | None = None
+
+    def __len__(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+    def append(self, batch: pa.Table, overwrites: bool) -> None:
+        if batch.num_rows == 0:
+            return
+        self.batches.append(batch)
+        self.overwrites = self.overwrites or overwrites
+        self._consolidated = None
+
+    def consolidated(self, key_names: Sequence[str]) -> pa.Table:
+        """Every key once, with its last op."""
+        if self._consolidated is None:
+            table = pa.concat_tables(self.batches) if len(self.batches) > 1 else self.batches[0]
+            if self.overwrites:
+                table = last_per_key(table, key_names)
+            self.batches = [table]
+            self._consolidated = table
+        return self._consolidated
+
+
+def last_per_key(table: pa.Table, key_names: Sequence[str]) -> pa.Table:
+    """Each key's last row (in table order), vectorized."""
+    seq = "__seq"
+    indexed = table.select(list(key_names)).append_column(
+        seq, pa.array(np.arange(table.num_rows, dtype=np.int64))
+    )
+    last = indexed.group_by(list(key_names), use_threads=False).aggregate([(seq, "max")])
+    order = pc.sort_indices(last.column(f"{seq}_max"))
+    return table.take(pc.take(last.column(f"{seq}_max"), order))
+
+
+class StateTable:
+    """A state table and its epoch overlay. Writes must come from one writer at a time."""
+
+    def __init__(self, schema: StateTableSchema) -> None:
+        self.schema = schema
+        self._current = MemTable()
+        # Sealed memtables awaiting their checkpoint's commit, oldest first.
+        self._sealed: list[tuple[int, MemTable]] = []
+
+    # ----------------------------------------------------------------- writing
+    def with_vnodes(self, data: pa.Table) -> pa.Table:
+        """``data`` (the stored columns) with the ``_vnode`` column in front."""
+        cols = [data.column(self.schema.columns[i][0]) for i in self.schema.dist_key]
+        return data.add_column(0, VNODE_COLUMN, pa.array(compute_vnodes(cols), pa.int16()))
+
+    def write(self, chunk: StreamChunk, *, overwrites: bool) -> None:
+        """Add a chunk (its data already carrying ``_vnode``) to the running epoch.
+
+        ``overwrites``: the chunk may delete or replace keys that exist already.
+        """
+        batch = chunk.data.append_column(OP_COLUMN, pa.array(chunk.ops, pa.int8()))
+        self._current.append(batch, overwrites or bool(np.any(~chunk.is_insert())))
+
+    def seal(self, epoch: int) -> MemTable | None:
+        """End the running epoch's overlay; it stays readable until ``committed``."""
+        if not self._current.batches:
+            return None
+        sealed = self._current
+        self._sealed.append((epoch, sealed))
+        self._current = MemTable()
+        return sealed
+
+    def committed(self, epoch: int) -> None:
+        """Drop sealed overlays of epochs up to ``epoch``: DuckDB now holds them."""
+        self._sealed = [(e, m) for e, m in self._sealed if e > epoch]
+
+    def discard_uncommitted(self) -> None:
+        """Forget every write not yet committed (recovery, or a failed commit)."""
+        self._current = MemTable()
+        self._sealed = []
+
+    @property
+    def has_pending_writes(self) -> bool:
+        return bool(self._current.batches)
+
+    # ----------------------------------------------------------------- reading
+    def overlay_layers(self) -> list[pa.Table]:
+        """The uncommitted overlays, newest first, each consolidated. Take them before
+        reading DuckDB: an overlay committed meanwhile is then still consulted first."""
+        keys = self.schema.key_names
+        layers = [self._current] + [m for _, m in reversed(self._sealed)]
+        return [m.consolidated(keys) for m in layers if m.batches]
+
+    def lookup(
+        self, keys: pa.Table, layers: list[pa.Table], cursor: duckdb.DuckDBPyConnection
+    ) -> pa.Table:
+        """The visible rows (``[_vnode, cols...]``) for the given keys (``[_vnode, pk...]``):
+        overlays first, newest first, then the committed table. Blocking (DuckDB)."""
+        key_names = self.schema.key_names
+        out_cols = [VNODE_COLUMN, *self.schema.column_names]
+        found: list[pa.Table] = []
+        remaining = keys.select(key_names)
+        for layer in layers:
+            if remaining.num_rows == 0:
+                break
+            hit = layer.join(remaining, key_names, join_type="left semi")
+            if hit.num_rows:
+                present = pc.is_in(hit.column(OP_COLUMN), pa.array(_PRESENT_OPS, pa.int8()))
+                found.append(hit.filter(present).select(out_cols))
+                remaining = remaining.join(hit.select(key_names), key_names, join_type="left anti")
+        if remaining.num_rows:
+            name = f"__lookup_{next(_registration_names)}"
+            cursor.register(name, remaining)
+            try:
+                found.append(
+                    cursor.sql(
+                        f"SELECT s.* FROM {self.schema.physical_name} s "
+                        f"SEMI JOIN {name} USING ({', '.join(map(quote_ident, key_names))})"
+                    ).to_arrow_table()
+                )
+            finally:
+                cursor.unregister(name)
+        schema = self.arrow_schema()
+        if not found:
+            return schema.empty_table()
+        return pa.concat_tables([t.cast(schema) for t in found])
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of ``[_vnode, cols...]`` as DuckDB returns it."""
+        if not hasattr(self, "_arrow_schema"):
+            fields = [pa.field(VNODE_COLUMN, pa.int16())]
+            fields += [pa.field(n, arrow_type_of(t)) for n, t in self.schema.columns]
+            self._arrow_schema = pa.schema(fields)
+        return self._arrow_schema
+
+    # ------------------------------------------------------------------- flush
+    def flush(self, memtable: MemTable, cursor: duckdb.DuckDBPyConnection) -> None:
+        """Write a sealed memtable into DuckDB (inside the caller's transaction)."""
+        key_names = self.schema.key_names
+        table = memtable.consolidated(key_names)
+        name = f"__flush_{next(_registration_names)}"
+        cursor.register(name, table)
+        try:
+            target = self.schema.physical_name
+            if memtable.overwrites:
+                cond = " AND ".join(
+                    f"{target}.{quote_ident(k)} = {name}.{quote_ident(k)}" for k in key_names
+                )
+                cursor.execute(f"DELETE FROM {target} USING {name} WHERE {cond}")
+            cols = ", ".join(map(quote_ident, [VNODE_COLUMN, *self.schema.column_names]))
+            where = "" if not memtable.overwrites else f" WHERE {OP_COLUMN} IN (1, 4)"
+            cursor.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {name}{where}")
+        finally:
+            cursor.unregister(name)
