@@ -95,6 +95,8 @@ class Binder:
         self._param_types: dict[int, DataType | None] = {}
         self._placeholders = 0
         self._dollar_params = 0
+        # Tables in scope that are not plain table references (a DML target), by alias.
+        self.scope: dict[str, TableCatalog] = {}
 
     # ------------------------------------------------------------ resolution
     def resolve_schema_list(self, schema: str | None) -> list[str]:
@@ -170,7 +172,7 @@ class Binder:
         """Normalize, check and rewrite an expression tree in place (returns the root)."""
         ast = normalize_identifiers(ast, dialect="postgres")
         ctes = {cte.alias_or_name for cte in ast.find_all(exp.CTE)}
-        self._rewrite_parameters(ast)
+        self.number_parameters(ast)
         self._infer_parameter_types(ast)
         for node in list(ast.walk()):
             if isinstance(node, exp.Table):
@@ -322,8 +324,9 @@ class Binder:
         return exp.paren(mapping[op](), copy=False)
 
     # ------------------------------------------------------------ parameters
-    def _rewrite_parameters(self, ast: exp.Expression) -> None:
-        """``%s`` / ``?`` placeholders become ``$1, $2, ...``; the two styles don't mix."""
+    def number_parameters(self, ast: exp.Expression) -> None:
+        """``%s`` / ``?`` placeholders become ``$1, $2, ...``; the two styles don't mix.
+        Idempotent: call it early when parameter types are noted before ``prepare``."""
         for node in ast.find_all(exp.Parameter):
             try:
                 n = int(node.name)
@@ -339,7 +342,8 @@ class Binder:
         placeholders.sort(key=lambda p: _first_start(p))
         for i, node in enumerate(placeholders, start=1):
             node.replace(exp.Parameter(this=exp.Literal.number(i)))
-        self._placeholders = len(placeholders)
+        self._placeholders = max(self._placeholders, len(placeholders))
+        self._dollar_params = max(self._dollar_params, self._placeholders)
 
     @property
     def param_count(self) -> int:
@@ -375,6 +379,9 @@ class Binder:
         """The type of a column reference, when it names a column of a user table in
         ``ast``'s FROM clauses (before they are rewritten)."""
         qualifier = column.table
+        for alias, t in self.scope.items():
+            if (not qualifier or qualifier == alias) and t.column(column.name) is not None:
+                return t.column(column.name).type  # type: ignore[union-attr]
         for table in ast.find_all(exp.Table):
             if not isinstance(table.this, exp.Identifier):
                 continue

@@ -192,6 +192,22 @@ _ALLOWED_NODE_NAMES = [
     "Char",
     "CountIf",
     "SafeDivide",
+    # Operators sqlglot models as functions.
+    "And",
+    "Or",
+    "Xor",
+    "Exists",
+    "ArrayContainedBy",
+    "ArrayContainsAll",
+    "ArrayOverlaps",
+    "JSONArrayContains",
+    "JSONBContainsAllTopKeys",
+    "JSONBContainsAnyTopKeys",
+    "JSONBContainsTopKey",
+    "JSONBPathExists",
+    "RegexpFullMatch",
+    "JSONBDeleteAtPath",
+    "Corr",
 ]
 
 ALLOWED_NODE_TYPES: frozenset[type[exp.Expression]] = frozenset(

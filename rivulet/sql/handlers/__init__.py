@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, INSUFFICIENT_PRIVILEGE, sql_error
+from rivulet.common.types import DataType
 from rivulet.sql import dialect
 from rivulet.sql.handlers import copy, ddl, dml, misc, query, session_statements, show
 from rivulet.sql.parser import Statement
-from rivulet.sql.result import StatementResult
+from rivulet.sql.result import Column, StatementResult
 
 if TYPE_CHECKING:
     from rivulet.sql.session import Session
@@ -61,3 +62,33 @@ async def dispatch(session: Session, stmt: Statement, params: list[object]) -> S
     if isinstance(ast, exp.TruncateTable):
         name = "TRUNCATE"
     raise sql_error(FEATURE_NOT_SUPPORTED, f"{name} is not supported yet")
+
+
+def describe(
+    session: Session, stmt: Statement, param_types: list[DataType | None]
+) -> tuple[list[DataType | None], list[Column] | None]:
+    """Parameter types and result columns of a statement without running it (pgwire
+    Describe). Columns are None for statements that return no rows, or whose rows are
+    only known by running them (SHOW, EXPLAIN): describe those after binding instead."""
+    ast = stmt.ast.copy()
+    if isinstance(ast, exp.Query):
+        return query.describe_query(session, ast, param_types)
+    plan = None
+    if isinstance(ast, exp.Insert):
+        plan = dml.plan_insert(session, ast)
+    elif isinstance(ast, exp.Update):
+        plan = dml.plan_update(session, ast)
+    elif isinstance(ast, exp.Delete):
+        plan = dml.plan_delete(session, ast)
+    if plan is not None:
+        inferred = plan.bound.param_types
+        types = [
+            param_types[i] if i < len(param_types) and param_types[i] is not None else inferred[i]
+            for i in range(len(inferred))
+        ]
+        columns = dml.returning_columns(session, plan) if plan.returning is not None else None
+        return types, columns
+    count = max((int(p.name) for p in ast.find_all(exp.Parameter)), default=0)
+    count = max(count, len(list(ast.find_all(exp.Placeholder))))
+    types = [param_types[i] if i < len(param_types) else None for i in range(count)]
+    return types, None

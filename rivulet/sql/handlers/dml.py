@@ -10,6 +10,7 @@ committed, so the next statement sees its effect.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -27,9 +28,10 @@ from rivulet.common.errors import (
     WRONG_OBJECT_TYPE,
     sql_error,
 )
-from rivulet.common.types import arrow_type_of
+from rivulet.common.types import DataType, arrow_type_of
 from rivulet.meta.catalog import SYSTEM_SCHEMAS, TableCatalog
-from rivulet.sql.binder import INTERNAL, Binder, position_of, quote
+from rivulet.sql.binder import INTERNAL, Binder, BoundQuery, position_of, quote
+from rivulet.sql.handlers.query import run_bound
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, StatementResult
 
@@ -104,9 +106,18 @@ def _target_columns(table: TableCatalog, target: exp.Expression) -> list[str]:
     return names
 
 
-async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    ast = stmt.ast
-    assert isinstance(ast, exp.Insert)
+@dataclass
+class DmlPlan:
+    """A bound INSERT / UPDATE / DELETE: the DuckDB query that computes its rows."""
+
+    table: TableCatalog
+    ref: exp.Table
+    bound: BoundQuery
+    returning: exp.Expression | None
+    targets: list[str]
+
+
+def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
     if ast.args.get("conflict"):
         raise sql_error(
             FEATURE_NOT_SUPPORTED,
@@ -114,6 +125,7 @@ async def handle_insert(session: Session, stmt: Statement, params: list[object])
             hint="A row whose primary key exists already overwrites the old row.",
         )
     binder = Binder(session.bind_context())
+    binder.number_parameters(ast)
     target_ref = ast.this.this if isinstance(ast.this, exp.Schema) else ast.this
     table = resolve_target(session, binder, target_ref)
     targets = _target_columns(table, ast.this)
@@ -139,17 +151,23 @@ async def handle_insert(session: Session, stmt: Statement, params: list[object])
                     )
                 )
     bound = binder.bind_query(source, name_outputs=False)
-    _check_params(bound.param_count, params)
+    return DmlPlan(table, target_ref, bound, ast.args.get("returning"), targets)
+
+
+async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Insert)
+    plan = plan_insert(session, ast)
+    _check_params(plan.bound.param_count, params)
     src = await session.run_query(
-        lambda cur: cur.sql(bound.sql, params=params or None).to_arrow_table()
+        lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table()
     )
-    if src.num_columns != len(targets):
-        raise _width_error(src.num_columns, len(targets), ast)
-    rows = await session.run_query(lambda cur: _shape_rows(cur, table, targets, src))
-    count = await insert_rows(session, table, rows)
-    returning = ast.args.get("returning")
-    if returning is not None:
-        return await _returning(session, table, target_ref, rows, returning, f"INSERT 0 {count}")
+    if src.num_columns != len(plan.targets):
+        raise _width_error(src.num_columns, len(plan.targets), ast)
+    rows = await session.run_query(lambda cur: _shape_rows(cur, plan.table, plan.targets, src))
+    count = await insert_rows(session, plan.table, rows)
+    if plan.returning is not None:
+        return await _returning(session, plan, rows, f"INSERT 0 {count}")
     return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)
 
 
@@ -200,18 +218,19 @@ def _shape_rows(
     return out.cast(expected)
 
 
-def _target_relation(table: TableCatalog, ref: exp.Table) -> exp.Expression:
+def _target_relation(binder: Binder, table: TableCatalog, ref: exp.Table) -> exp.Expression:
     """The target table with its hidden columns, aliased as the statement names it."""
     sub = Binder.table_subquery(table, with_hidden=True)
     alias = ref.args.get("alias")
     sub.set("alias", alias.copy() if alias else exp.TableAlias(this=exp.to_identifier(ref.name)))
+    binder.scope[ref.alias_or_name] = table
     return sub
 
 
-async def handle_update(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    ast = stmt.ast
-    assert isinstance(ast, exp.Update)
+def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
+    """SELECT _vnode, old stored columns (o0..), new stored columns (n0..) of the rows."""
     binder = Binder(session.bind_context())
+    binder.number_parameters(ast)
     ref = ast.this
     table = resolve_target(session, binder, ref)
     sets: dict[str, exp.Expression] = {}
@@ -244,7 +263,7 @@ async def handle_update(session: Session, stmt: Statement, params: list[object])
             else exp.column(quote(c.name))
         )
         new_cols.append(exp.alias_(expr, quote(f"n{i}")))
-    select = exp.select(*old_cols, *new_cols).from_(_target_relation(table, ref))
+    select = exp.select(*old_cols, *new_cols).from_(_target_relation(binder, table, ref))
     from_ = ast.args.get("from_")
     if from_ is not None:
         for extra in [from_.this, *from_.expressions]:
@@ -253,10 +272,19 @@ async def handle_update(session: Session, stmt: Statement, params: list[object])
     if ast.args.get("where") is not None:
         select.set("where", ast.args["where"])
     bound = binder.bind_query(select, name_outputs=False)
-    _check_params(bound.param_count, params)
+    return DmlPlan(table, ref, bound, ast.args.get("returning"), [])
+
+
+async def handle_update(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Update)
+    plan = plan_update(session, ast)
+    _check_params(plan.bound.param_count, params)
+    table = plan.table
+    stored = table.columns
     names = [c.name for c in stored]
     result = await session.run_query(
-        lambda cur: cur.sql(bound.sql, params=params or None).to_arrow_table()
+        lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table()
     )
     n = len(stored)
     schema = pa.schema([pa.field(c.name, arrow_type_of(c.type)) for c in stored])
@@ -266,10 +294,9 @@ async def handle_update(session: Session, stmt: Statement, params: list[object])
     new = result.select([f"n{i}" for i in range(n)]).rename_columns(names).cast(schema)
     check_not_null(table, new)
     count = await _write_update(session, table, old, new)
-    returning = ast.args.get("returning")
-    if returning is not None:
+    if plan.returning is not None:
         visible = new.select([c.name for c in table.visible_columns])
-        return await _returning(session, table, ref, visible, returning, f"UPDATE {count}")
+        return await _returning(session, plan, visible, f"UPDATE {count}")
     return StatementResult(tag=f"UPDATE {count}", rowcount=count)
 
 
@@ -287,22 +314,30 @@ async def _write_update(session: Session, table: TableCatalog, old: pa.Table, ne
     return result.rows_affected
 
 
-async def handle_delete(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    ast = stmt.ast
-    assert isinstance(ast, exp.Delete)
+def plan_delete(session: Session, ast: exp.Delete) -> DmlPlan:
+    """SELECT _vnode and the stored columns of the rows to delete."""
     binder = Binder(session.bind_context())
+    binder.number_parameters(ast)
     ref = ast.this
     table = resolve_target(session, binder, ref)
     cols = [exp.column(quote(VNODE_COLUMN))] + [exp.column(quote(c.name)) for c in table.columns]
-    select = exp.select(*cols).from_(_target_relation(table, ref))
+    select = exp.select(*cols).from_(_target_relation(binder, table, ref))
     for extra in ast.args.get("using") or []:
         select = select.join(extra, join_type="cross")
     if ast.args.get("where") is not None:
         select.set("where", ast.args["where"])
     bound = binder.bind_query(select, name_outputs=False)
-    _check_params(bound.param_count, params)
+    return DmlPlan(table, ref, bound, ast.args.get("returning"), [])
+
+
+async def handle_delete(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    ast = stmt.ast
+    assert isinstance(ast, exp.Delete)
+    plan = plan_delete(session, ast)
+    _check_params(plan.bound.param_count, params)
+    table = plan.table
     rows = await session.run_query(
-        lambda cur: cur.sql(bound.sql, params=params or None).to_arrow_table()
+        lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table()
     )
     count = rows.num_rows
     if count:
@@ -314,44 +349,51 @@ async def handle_delete(session: Session, stmt: Statement, params: list[object])
                 raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
             await session.run_query(lambda cur: writer.delete(rows, cur))
         await session.ctx.barrier.flush()
-    returning = ast.args.get("returning")
-    if returning is not None:
+    if plan.returning is not None:
         visible = rows.select([c.name for c in table.visible_columns])
-        return await _returning(session, table, ref, visible, returning, f"DELETE {count}")
+        return await _returning(session, plan, visible, f"DELETE {count}")
     return StatementResult(tag=f"DELETE {count}", rowcount=count)
 
 
-async def _returning(
-    session: Session,
-    table: TableCatalog,
-    ref: exp.Table,
-    rows: pa.Table,
-    returning: exp.Expression,
-    tag: str,
-) -> StatementResult:
-    """Evaluate RETURNING expressions over the affected rows."""
-    from rivulet.common.types import DataType
+def _returning_select(plan: DmlPlan, relation: exp.Expression) -> exp.Expression:
+    """``SELECT <returning> FROM relation AS <target alias>``."""
+    assert plan.returning is not None
+    alias = plan.ref.args.get("alias")
+    relation.set(
+        "alias", alias.copy() if alias else exp.TableAlias(this=exp.to_identifier(plan.ref.name))
+    )
+    return exp.select(*[e.copy() for e in plan.returning.expressions]).from_(relation)
 
+
+async def _returning(session: Session, plan: DmlPlan, rows: pa.Table, tag: str) -> StatementResult:
+    """Evaluate RETURNING expressions over the affected rows."""
     name = f"__returning_{next(_names)}"
     rel = exp.Table(this=exp.to_identifier(name))
     rel.meta[INTERNAL] = True
-    alias = ref.args.get("alias")
-    rel.set("alias", alias.copy() if alias else exp.TableAlias(this=exp.to_identifier(ref.name)))
-    select = exp.select(*[e.copy() for e in returning.expressions]).from_(rel)
-    binder = Binder(session.bind_context())
-    bound = binder.bind_query(select)
+    bound = Binder(session.bind_context()).bind_query(_returning_select(plan, rel))
 
-    def run(cur: duckdb.DuckDBPyConnection) -> tuple[pa.Table, list[str]]:
+    def run(cur: duckdb.DuckDBPyConnection) -> tuple[pa.Table, list[Column]]:
         cur.register(name, rows)
         try:
-            relation = cur.sql(bound.sql)
-            return relation.to_arrow_table(), [str(t) for t in relation.types]
+            return run_bound(cur, bound.sql, [])
         finally:
             cur.unregister(name)
 
-    out, types = await session.run_query(run)
-    columns = [Column(n, DataType.from_duckdb(t)) for n, t in zip(out.column_names, types)]
+    out, columns = await session.run_query(run)
     return StatementResult(tag=tag, columns=columns, rows=out, rowcount=out.num_rows)
+
+
+def returning_columns(session: Session, plan: DmlPlan) -> list[Column]:
+    """The RETURNING columns of a plan, without running it (pgwire Describe)."""
+    visible = plan.table.visible_columns
+    empty = exp.select(
+        *[exp.alias_(exp.cast(exp.null(), c.type.duckdb), quote(c.name)) for c in visible]
+    ).where(exp.false())
+    bound = Binder(session.bind_context()).bind_query(_returning_select(plan, empty.subquery()))
+    relation = session.ctx.store.cursor().sql(bound.sql)
+    return [
+        Column(n, DataType.from_duckdb(str(t))) for n, t in zip(relation.columns, relation.types)
+    ]
 
 
 async def insert_many(
