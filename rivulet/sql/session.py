@@ -16,7 +16,7 @@ from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from rivulet.common.errors import QUERY_CANCELED, Error, sql_error
-from rivulet.sql.binder import BindContext
+from rivulet.sql.binder import BindContext, Binder, BoundQuery
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.parser import Statement, parse_statements
@@ -38,6 +38,7 @@ class Session:
         self.wrote_in_transaction = False
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
+        self._bind_cache: OrderedDict[tuple[str, int, int], BoundQuery] = OrderedDict()
         self._running_cursor: duckdb.DuckDBPyConnection | None = None
         self._cancel_requested = False
         self._running_task: asyncio.Task[object] | None = None
@@ -56,6 +57,20 @@ class Session:
         else:
             self._parse_cache.move_to_end(sql)
         return [Statement(st.ast.copy(), st.text, st.start) for st in cached]
+
+    def bind_query(self, stmt: Statement) -> BoundQuery:
+        """Bind a query, reusing the binding of the same text while neither the catalog
+        nor this session's variables changed (binding is a pure function of those)."""
+        key = (stmt.text, self.ctx.catalog.version, self.config.version)
+        bound = self._bind_cache.get(key)
+        if bound is None:
+            bound = Binder(self.bind_context()).bind_query(stmt.ast)
+            self._bind_cache[key] = bound
+            if len(self._bind_cache) > _PARSE_CACHE_SIZE:
+                self._bind_cache.popitem(last=False)
+        else:
+            self._bind_cache.move_to_end(key)
+        return bound
 
     def bind_context(self) -> BindContext:
         return BindContext(

@@ -164,6 +164,8 @@ class SessionConfig:
 
     def __init__(self, user: str) -> None:
         self._values: dict[str, str] = {}
+        # Bumped on every change: bound statements cached by a session key on it.
+        self.version = 0
         self._values["session_authorization"] = user
 
     @staticmethod
@@ -187,6 +189,7 @@ class SessionConfig:
     def set(self, name: str, value: str | None) -> Variable:
         """Set a variable (None: back to its default). Returns the variable."""
         var = self.require(name)
+        self.version += 1
         if value is None:
             self._values.pop(var.name, None)
             return var
@@ -207,6 +210,7 @@ class SessionConfig:
 
     def reset_all(self) -> None:
         user = self._values.get("session_authorization")
+        self.version += 1
         self._values.clear()
         if user:
             self._values["session_authorization"] = user

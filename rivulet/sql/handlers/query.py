@@ -46,7 +46,7 @@ def run_bound(
 
 
 async def handle_query(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    bound = bind_select(session, stmt.ast)
+    bound = session.bind_query(stmt)
     check_param_count(bound, params)
     rows, columns = await session.run_query(lambda cur: run_bound(cur, bound.sql, params))
     return StatementResult(
