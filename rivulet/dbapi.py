@@ -149,6 +149,12 @@ class Cursor:
             raise ProgrammingError("named parameters are not supported; use %s or $1")
         session = self.connection._session
         results = self.connection._run(session.execute(sql, params))
+        if any(r.copy_in is not None for r in results):
+            raise NotSupportedError(
+                "COPY ... FROM STDIN needs a PostgreSQL client: the embedded API has no"
+                " data stream to read it from",
+                hint="Insert the rows with executemany() or INSERT ... VALUES instead.",
+            )
         self._set_result(results[-1] if results else None)
         return self
 
@@ -282,8 +288,11 @@ def _zone_name(tz: str) -> str:
 
 
 def _interval(v: Any) -> dt.timedelta:
-    """A month_day_nano value as a timedelta (a month counts 30 days, as psycopg does)."""
-    return dt.timedelta(days=v.months * 30 + v.days, microseconds=v.nanoseconds // 1000)
+    """A month_day_nano value as a timedelta (a year counts 365 days and a month 30, as
+    psycopg does)."""
+    years, months = divmod(abs(v.months), 12)
+    days = (years * 365 + months * 30) * (1 if v.months >= 0 else -1)
+    return dt.timedelta(days=days + v.days, microseconds=v.nanoseconds // 1000)
 
 
 # -- PEP 249 type objects and constructors -------------------------------------

@@ -115,7 +115,7 @@ _BY_DUCKDB: dict[str, DataType] = {
     "INTEGER": INTEGER,
     "USMALLINT": INTEGER,
     "BIGINT": BIGINT,
-    "UINTEGER": BIGINT,
+    "UINTEGER": OID,  # catalog OIDs (pg_class.oid...) are unsigned 32-bit, as PostgreSQL's oid
     "UBIGINT": DataType("numeric", "UBIGINT", 1700, -1, 20, 0),
     "HUGEINT": DataType("numeric", "HUGEINT", 1700, -1, 38, 0),
     "UHUGEINT": DataType("numeric", "UHUGEINT", 1700, -1, 39, 0),

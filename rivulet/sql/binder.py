@@ -24,7 +24,7 @@ from rivulet.common.errors import (
     UNDEFINED_TABLE,
     sql_error,
 )
-from rivulet.common.types import DataType, type_from_name
+from rivulet.common.types import NUMERIC, DataType, type_from_name
 from rivulet.meta.catalog import (
     DEFAULT_DATABASE,
     DEFAULT_SCHEMA,
@@ -45,6 +45,7 @@ from rivulet.sql.system_catalog import (
     SYS_SCHEMA,
     SystemCatalog,
 )
+from rivulet.sql.system_catalog.rewrite import rewrite_pg_syntax
 
 DUCKDB = "duckdb"
 # Marks relation nodes the engine built (never set by the parser): the binder leaves them.
@@ -131,6 +132,9 @@ class Binder:
             if s in SYSTEM_SCHEMAS:
                 rel = self.ctx.system.relation(s, name)
                 if rel is not None:
+                    inline = self.ctx.system.inline(s, name)  # an always-empty relation
+                    if inline is not None:
+                        return inline
                     return exp.Table(this=quote(rel), db=quote(SYS_SCHEMA))
                 continue
             t = self.ctx.catalog.get_table(s, name)
@@ -174,6 +178,8 @@ class Binder:
         ctes = {cte.alias_or_name for cte in ast.find_all(exp.CTE)}
         self.number_parameters(ast)
         self._infer_parameter_types(ast)
+        # PostgreSQL syntax of catalog queries (::regclass, pg_catalog.f()...).
+        ast = rewrite_pg_syntax(ast, self.ctx)
         for node in list(ast.walk()):
             if isinstance(node, exp.Table):
                 self._bind_table(node, ctes)
@@ -193,6 +199,20 @@ class Binder:
                 node.replace(node.this)
             elif isinstance(node, exp.Command | exp.Pragma | exp.Set):
                 raise sql_error(SYNTAX_ERROR, "unexpected statement inside a query")
+            elif isinstance(node, exp.Like | exp.ILike) and not isinstance(node.parent, exp.Escape):
+                # PostgreSQL's LIKE escapes with a backslash by default; DuckDB's does not.
+                escape = exp.Escape(expression=exp.Literal.string("\\"))
+                node.replace(escape)
+                escape.set("this", node)
+        # Rewrites that repeat an argument run last, on arguments already bound: a copy
+        # taken before binding would reach DuckDB with its relations unchecked.
+        for node in list(ast.find_all(exp.Anonymous)):
+            if node.name.lower() == "pg_typeof" and len(node.expressions) == 1:
+                replacement = _pg_typeof(node.expressions[0])
+                if node is ast:
+                    ast = replacement
+                else:
+                    node.replace(replacement)
         return ast
 
     def _bind_table(self, table: exp.Table, ctes: set[str]) -> None:
@@ -210,7 +230,7 @@ class Binder:
                     position=position_of(inner),
                 )
             return
-        if not table.db and not table.catalog and table.name in ctes:
+        if not table.db and not table.catalog and table.name in ctes and _cte_in_scope(table):
             return
         if not isinstance(inner, exp.Identifier):
             raise sql_error(
@@ -234,6 +254,8 @@ class Binder:
         )
 
     def _bind_function(self, node: exp.Func) -> exp.Expression:
+        if node.meta.get(INTERNAL):  # built by the engine (system_catalog.rewrite)
+            return node
         if isinstance(node, exp.Anonymous):
             name = node.name.lower()
             if name in SESSION_FUNCTIONS:
@@ -250,7 +272,29 @@ class Binder:
                 position=position_of(node),
             )
         if type(node) in SESSION_NODE_NAMES:
-            return self._session_function(SESSION_NODE_NAMES[type(node)], node.expressions)
+            args = node.expressions or (
+                [node.this] if isinstance(node.this, exp.Expression) else []
+            )  # current_schemas(true) keeps its argument in "this"
+            return self._session_function(SESSION_NODE_NAMES[type(node)], args)
+        if isinstance(node, exp.Cast) and (literal := _bytea_literal(node)) is not None:
+            return literal
+        if isinstance(node, exp.Cast) and _is_bare_numeric(node.args.get("to")):
+            # DuckDB's bare DECIMAL is DECIMAL(18,3): x::numeric would keep 3 decimals.
+            node.set("to", exp.DataType.build(NUMERIC.duckdb, dialect="duckdb"))
+        # Rewrites keep the original argument nodes (never copies): they are bound later
+        # in the same walk.
+        if isinstance(node, exp.Format):
+            # PostgreSQL's format('%s', ...) is DuckDB's printf over text arguments.
+            args = [
+                exp.Coalesce(
+                    this=exp.Cast(this=a, to=exp.DataType.build("VARCHAR")),
+                    expressions=[exp.Literal.string("")],
+                )
+                for a in list(node.expressions)
+            ]
+            return exp.Anonymous(this="printf", expressions=[node.this, *args])
+        if isinstance(node, exp.Hex):
+            return exp.Lower(this=exp.Hex(this=node.this))  # to_hex(255) is 'ff'
         if type(node) in ALLOWED_NODE_TYPES:
             return node
         raise sql_error(
@@ -335,10 +379,10 @@ class Binder:
                     SYNTAX_ERROR, f"bad parameter ${node.name}", position=position_of(node)
                 ) from None
             self._dollar_params = max(self._dollar_params, n)
-        placeholders = list(ast.find_all(exp.Placeholder))
+        # Depth-first is text order (sqlglot keeps no position for placeholder tokens).
+        placeholders = list(ast.find_all(exp.Placeholder, bfs=False))
         if placeholders and self._dollar_params:
             raise sql_error(SYNTAX_ERROR, "a statement cannot mix %s and $n parameters")
-        # find_all is breadth-first; number placeholders in text order instead.
         placeholders.sort(key=lambda p: _first_start(p))
         for i, node in enumerate(placeholders, start=1):
             node.replace(exp.Parameter(this=exp.Literal.number(i)))
@@ -424,6 +468,94 @@ class Binder:
             select.set("expressions", new)
 
 
+# DuckDB's type names (``typeof``) as PostgreSQL's ``pg_typeof`` spells them.
+_PG_TYPEOF = {
+    "TINYINT": "smallint", "HUGEINT": "numeric", "FLOAT": "real", "DOUBLE": "double precision",
+    "VARCHAR": "character varying", "TIME": "time without time zone",
+    "TIMESTAMP": "timestamp without time zone", "JSON": "jsonb", "BLOB": "bytea",
+    '"NULL"': "unknown",
+}  # fmt: skip
+
+
+def _pg_typeof(arg: exp.Expression) -> exp.Expression:
+    """``pg_typeof(x)``: the PostgreSQL name of ``x``'s type, from DuckDB's ``typeof``."""
+
+    def typeof() -> exp.Expression:
+        return exp.Anonymous(this="typeof", expressions=[arg.copy()])
+
+    case = exp.case().when(
+        exp.Like(this=typeof(), expression=exp.Literal.string("DECIMAL%")),
+        exp.Literal.string("numeric"),
+    )
+    for duck, pg in _PG_TYPEOF.items():
+        case = case.when(
+            exp.EQ(this=typeof(), expression=exp.Literal.string(duck)), exp.Literal.string(pg)
+        )
+    return case.else_(exp.Lower(this=typeof()))
+
+
+def _is_bare_numeric(to: object) -> bool:
+    return (
+        isinstance(to, exp.DataType)
+        and to.this in (exp.DataType.Type.DECIMAL, exp.DataType.Type.BIGDECIMAL)
+        and not to.expressions
+    )
+
+
+def _bytea_literal(node: exp.Cast) -> exp.Expression | None:
+    """A string literal cast to bytea, read with PostgreSQL's bytea input rules (DuckDB's
+    BLOB cast would keep ``'\\xdeadbeef'`` as ten characters): the hex format ``\\x...``, or
+    the escape format where ``\\\\`` is a backslash and ``\\nnn`` an octal byte."""
+    to = node.args.get("to")
+    literal = node.this
+    if not (
+        isinstance(to, exp.DataType)
+        and to.this == exp.DataType.Type.VARBINARY
+        and isinstance(literal, exp.Literal)
+        and literal.is_string
+    ):
+        return None
+    text = literal.this
+    if text[:2] in ("\\x", "\\X"):
+        try:
+            data = bytes.fromhex(text[2:])
+        except ValueError:
+            raise sql_error("22P02", f'invalid hexadecimal data in bytea input: "{text}"') from None
+    else:
+        out = bytearray()
+        i = 0
+        raw = text.encode()
+        while i < len(raw):
+            if raw[i] != 0x5C:  # backslash
+                out.append(raw[i])
+                i += 1
+            elif raw[i + 1 : i + 2] == b"\\":
+                out.append(0x5C)
+                i += 2
+            elif len(raw) >= i + 4 and all(0x30 <= c <= 0x37 for c in raw[i + 1 : i + 4]):
+                out.append(int(raw[i + 1 : i + 4], 8) & 0xFF)
+                i += 4
+            else:
+                raise sql_error("22P02", "invalid input syntax for type bytea")
+        data = bytes(out)
+    return exp.Anonymous(this="unhex", expressions=[exp.Literal.string(data.hex())])
+
+
+def _cte_in_scope(table: exp.Table) -> bool:
+    """Whether a WITH clause enclosing ``table`` defines a CTE of its name. A CTE named
+    elsewhere in the statement must not hide a reference from the binder: DuckDB would
+    resolve it against its own catalog (``duckdb_tables``, ``pg_settings``...)."""
+    node = table.parent
+    while node is not None:
+        with_ = node.args.get("with_")
+        if isinstance(with_, exp.With) and any(
+            cte.alias_or_name == table.name for cte in with_.expressions
+        ):
+            return True
+        node = node.parent
+    return False
+
+
 def _first_start(node: exp.Expression) -> int:
     meta = getattr(node, "_meta", None) or {}
     return int(meta.get("start", 0))
@@ -446,12 +578,20 @@ def pg_output_name(e: exp.Expression) -> str:
         return "?column?"
     if isinstance(e, exp.Case):
         return "case"
+    if isinstance(e, exp.Window | exp.Filter | exp.WithinGroup):
+        return pg_output_name(e.this)
+    if isinstance(e, exp.Interval):
+        return "interval"
+    if isinstance(e, exp.Pad):
+        return "lpad" if e.args.get("is_left") else "rpad"
     if isinstance(e, exp.Dot) and isinstance(e.expression, exp.Anonymous):
         return e.expression.name.lower()
     if isinstance(e, exp.Anonymous):
         return e.name.lower()
     if type(e) in SESSION_NODE_NAMES:
         return SESSION_NODE_NAMES[type(e)]
+    if isinstance(e, exp.Connector):  # AND / OR are operators, not functions
+        return "?column?"
     if isinstance(e, exp.Func):
         names = {
             "GroupConcat": "string_agg",
@@ -465,6 +605,14 @@ def pg_output_name(e: exp.Expression) -> str:
             "Rand": "random",
             "Pow": "pow",
             "Ceil": "ceil",
+            "VariancePop": "var_pop",
+            "Hex": "to_hex",
+            "TimeToStr": "to_char",
+            "UnixToTime": "to_timestamp",
+            "StrToTime": "to_timestamp",
+            "StrToDate": "to_date",
+            "TimestampTrunc": "date_trunc",
+            "DateTrunc": "date_trunc",
         }
         cls = type(e).__name__
         if cls in names:

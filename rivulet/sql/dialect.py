@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlglot import exp
 from sqlglot.dialects.risingwave import RisingWave
 from sqlglot.parsers.risingwave import RisingWaveParser
+from sqlglot.tokenizer_core import TokenizerCore
 from sqlglot.tokens import TokenType
 
 # --------------------------------------------------------------------- nodes
@@ -91,6 +92,16 @@ WORD_STATEMENTS = {
 }
 
 
+_SHOW_CREATE = [
+    ["CREATE", "TABLE"],
+    ["CREATE", "MATERIALIZED", "VIEW"],
+    ["CREATE", "VIEW"],
+    ["CREATE", "SOURCE"],
+    ["CREATE", "SINK"],
+    ["CREATE", "INDEX"],
+]
+
+
 class RivuletParser(RisingWaveParser):
     STATEMENT_PARSERS = {
         **RisingWaveParser.STATEMENT_PARSERS,
@@ -99,6 +110,32 @@ class RivuletParser(RisingWaveParser):
         TokenType.COMMIT: lambda self: self._parse_rw_end("commit"),
         TokenType.ROLLBACK: lambda self: self._parse_rw_end("rollback"),
     }
+
+    def _parse_file_location(self) -> exp.Expr | None:
+        # ``COPY t FROM STDIN (FORMAT csv)``: STDIN is the endpoint, not a function call.
+        if self._curr and self._curr.text.upper() in ("STDIN", "STDOUT"):
+            self._advance()
+            return exp.to_identifier(self._prev.text)
+        return super()._parse_file_location()
+
+    def _parse_types(
+        self,
+        check_func: bool = False,
+        schema: bool = False,
+        allow_identifiers: bool = True,
+        with_collation: bool = False,
+    ) -> exp.Expr | None:
+        this = super()._parse_types(
+            check_func=check_func,
+            schema=schema,
+            allow_identifiers=allow_identifiers,
+            with_collation=with_collation,
+        )
+        # sqlglot stops after OID / REGCLASS...: read the [] of ``$1::oid[]`` too.
+        if isinstance(this, exp.ObjectIdentifier):
+            while self._match_pair(TokenType.L_BRACKET, TokenType.R_BRACKET):
+                this = exp.DataType(this=exp.DType.ARRAY, expressions=[this], nested=True)
+        return this
 
     def _parse_statement(self) -> exp.Expr | None:
         if self._curr and self._curr.token_type != TokenType.STRING:
@@ -167,7 +204,13 @@ class RivuletParser(RisingWaveParser):
         parts: list[str] = []
         from_: str | None = None
         like: str | None = None
+        target: str | None = None
         while self._curr and self._curr.token_type != TokenType.SEMICOLON:
+            if target is None and [p.upper() for p in parts] in _SHOW_CREATE:
+                # SHOW CREATE TABLE <name>: the name keeps its quoting and case.
+                table = self._parse_table_parts()
+                target = table.sql(dialect="postgres") if table else None
+                continue
             if self._curr.token_type == TokenType.FROM or self._curr.text.upper() == "IN":
                 self._advance()
                 table = self._parse_table_parts()
@@ -183,7 +226,9 @@ class RivuletParser(RisingWaveParser):
         if not parts:
             self.raise_error("SHOW needs a name")
         return self.expression(
-            ShowStatement(this=" ".join(p.lower() for p in parts), from_=from_, like=like)
+            ShowStatement(
+                this=" ".join(p.lower() for p in parts), from_=from_, like=like, target=target
+            )
         )
 
     def _parse_rw_set(self) -> exp.Expr:
@@ -266,6 +311,19 @@ class RivuletParser(RisingWaveParser):
         return self.expression(DiscardStatement(this=" ".join(words).lower()))
 
 
+class _DollarParamTokenizerCore(TokenizerCore):
+    """A dollar-quote tag cannot begin with a digit (PostgreSQL), so ``$1,$2`` is two
+    parameters, not a string tagged ``1,``; sqlglot reads it as the latter."""
+
+    __slots__ = ()
+
+    def _scan_string(self, start: str) -> bool:
+        if start == "$" and self._peek.isdigit():
+            self._add(self.heredoc_string_alternative)
+            return True
+        return super()._scan_string(start)
+
+
 class Rivulet(RisingWave):
     """RisingWave's SQL surface as Rivulet parses it."""
 
@@ -274,6 +332,11 @@ class Rivulet(RisingWave):
         COMMANDS = {*RisingWave.Tokenizer.COMMANDS} - {TokenType.SHOW}
         # EXPLAIN parses its statement instead of swallowing it as a command.
         KEYWORDS = {**RisingWave.Tokenizer.KEYWORDS, "EXPLAIN": TokenType.VAR}
+
+        def _init_core(self) -> TokenizerCore:
+            core = super()._init_core()
+            core.__class__ = _DollarParamTokenizerCore
+            return core
 
     Parser = RivuletParser
 

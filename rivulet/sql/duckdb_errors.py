@@ -94,16 +94,30 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
                 position=locate(name),
             )
         if "ambiguous" in low:
-            m = re.search(r'"([^"]+)" is ambiguous', msg)
+            m = re.search(r'"([^"]+)" is ambiguous', msg) or re.search(
+                r'Ambiguous reference to column name "([^"]+)"', msg
+            )
             name = m.group(1) if m else ""
             return sql_error(
                 AMBIGUOUS_COLUMN,
                 f'column reference "{name}" is ambiguous' if name else msg,
                 position=locate(name),
             )
-        if "no function matches" in low or "function with name" in low:
+        if "set operations can only apply to expressions with the same number" in low:
+            return sql_error(SYNTAX_ERROR, "each UNION query must have the same number of columns")
+        if "no function matches" in low or "could not choose a best candidate" in low:
+            return _no_matching_function(msg)
+        if "function with name" in low:
             return sql_error(UNDEFINED_FUNCTION, msg)
         if "group by" in low:
+            m = re.search(r'column "([^"]+)" must appear in the GROUP BY clause', msg)
+            if m:
+                return sql_error(
+                    "42803",
+                    f'column "{m.group(1)}" must appear in the GROUP BY clause or be used in'
+                    " an aggregate function",
+                    position=locate(m.group(1)),
+                )
             return sql_error("42803", msg)
         if (
             "cannot compare" in low
@@ -124,6 +138,19 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
     if isinstance(exc, duckdb.ParserException):
         m = re.search(r'syntax error at or near "([^"]*)"', msg)
         return sql_error(SYNTAX_ERROR, msg, position=locate(m.group(1)) if m else position)
+    m = re.search(r"Unimplemented type for cast \((.+?) -> (.+?)\)", msg)
+    if m:
+        return sql_error(
+            "42846", f"cannot cast type {_pg_type(m.group(1))} to {_pg_type(m.group(2))}"
+        )
+    m = re.search(r'invalid (date|timestamp) field format: "([^"]*)"', msg)
+    if m:
+        return sql_error(
+            INVALID_DATETIME_FORMAT, f'invalid input syntax for type {m.group(1)}: "{m.group(2)}"'
+        )
+    m = re.search(r'(?:date|time|timestamp) field value out of range: "([^"]*)"', msg)
+    if m:
+        return sql_error("22008", f'date/time field value out of range: "{m.group(1)}"')
     if isinstance(exc, duckdb.ConversionException):
         m = re.search(r"Could not convert string '(.*)' to (\w+)", msg, re.S)
         if m:
@@ -133,18 +160,86 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
                 f'invalid input syntax for type {pg}: "{m.group(1)}"',
             )
         if "out of range" in low or "overflow" in low:
-            return sql_error(NUMERIC_VALUE_OUT_OF_RANGE, msg)
+            return sql_error(NUMERIC_VALUE_OUT_OF_RANGE, _out_of_range_message(msg))
         if "timestamp" in low or "date" in low or "time" in low or "interval" in low:
             return sql_error(INVALID_DATETIME_FORMAT, msg)
         return sql_error(INVALID_TEXT_REPRESENTATION, msg)
     if isinstance(exc, duckdb.OutOfRangeException):
-        return sql_error(NUMERIC_VALUE_OUT_OF_RANGE, msg)
+        return sql_error(NUMERIC_VALUE_OUT_OF_RANGE, _out_of_range_message(msg))
     if isinstance(exc, duckdb.NotImplementedException):
         return sql_error(FEATURE_NOT_SUPPORTED, msg)
+    if "more than one row returned by a subquery" in low:
+        return sql_error("21000", "more than one row returned by a subquery used as an expression")
     if isinstance(exc, duckdb.InvalidInputException):
+        # Raised by the catalog macros for 'x'::regclass and friends (system_catalog).
+        m = re.fullmatch(r'(relation|type|function|schema|role) "(.*)" does not exist', msg)
+        if m:
+            code = {"relation": UNDEFINED_TABLE, "function": UNDEFINED_FUNCTION}
+            return sql_error(
+                code.get(m.group(1), "3F000" if m.group(1) == "schema" else "42704"), msg
+            )
         return sql_error("22023", msg)
     if isinstance(exc, duckdb.TypeMismatchException):
         return sql_error(DATATYPE_MISMATCH, msg)
     if isinstance(exc, duckdb.OutOfMemoryException):
         return sql_error("53200", msg)
     return sql_error(INTERNAL_ERROR, msg)
+
+
+def _pg_type(duck: str) -> str:
+    """PostgreSQL's name for a DuckDB type as error messages spell it."""
+    t = duck.strip().strip('"').upper()
+    if t.endswith("_LITERAL"):
+        return "unknown" if t.startswith("STRING") else _pg_type(t[: -len("_LITERAL")])
+    if t.startswith("DECIMAL"):
+        return "numeric"
+    names = {
+        "TINYINT": "smallint", "SMALLINT": "smallint", "INTEGER": "integer",
+        "BIGINT": "bigint", "HUGEINT": "numeric", "VARCHAR": "character varying",
+        "TIMESTAMP WITH TIME ZONE": "timestamp with time zone",
+        "TIMESTAMP": "timestamp without time zone", "TIME": "time without time zone",
+    }  # fmt: skip
+    return names.get(t, _PG_TYPE_NAMES.get(t, t.lower()))
+
+
+def _no_matching_function(msg: str) -> Error:
+    """PostgreSQL's wording for a call no function or operator accepts (DuckDB lists every
+    candidate, which says more about DuckDB than about the query)."""
+    ambiguous = "could not choose" in msg.lower()
+    m = re.search(r"""['"]([^'"(]+)\((.*?)\)['"]""", msg)
+    if m is None:
+        first = msg.split("\n")[0]
+        return sql_error("42725" if ambiguous else UNDEFINED_FUNCTION, first)
+    name, args = m.group(1), [_pg_type(a) for a in m.group(2).split(",") if a.strip()]
+    is_operator = not re.match(r"\w", name)
+    if is_operator:
+        shown = f"{args[0]} {name} {args[1]}" if len(args) == 2 else f"{name} {' '.join(args)}"
+        kind, what = "operator", shown
+    else:
+        kind, what = "function", f"{name}({', '.join(args)})"
+    if ambiguous:
+        return sql_error(
+            "42725",
+            f"operator is not unique: {what}" if is_operator else f"function {what} is not unique",
+            hint=f"Could not choose a best candidate {kind}. You might need to add explicit"
+            " type casts.",
+        )
+    return sql_error(
+        UNDEFINED_FUNCTION,
+        f"operator does not exist: {what}" if is_operator else f"function {what} does not exist",
+        hint=f"No {kind} matches the given name and argument types. You might need to add"
+        " explicit type casts.",
+    )
+
+
+def _out_of_range_message(msg: str) -> str:
+    """``integer out of range`` and ``numeric field overflow``, as PostgreSQL says them."""
+    m = re.search(r"destination type (\w+)", msg) or re.search(r"Overflow in \w+ of (\w+)", msg)
+    if m and m.group(1).upper() in ("INT16", "INT32", "INT64", "SMALLINT", "INTEGER", "BIGINT"):
+        return f"{_pg_type(_PG_INT_NAMES.get(m.group(1).upper(), m.group(1)))} out of range"
+    if re.search(r"to type DECIMAL\(\d+,\s*\d+\) failed", msg):
+        return "numeric field overflow"
+    return msg
+
+
+_PG_INT_NAMES = {"INT16": "SMALLINT", "INT32": "INTEGER", "INT64": "BIGINT"}

@@ -258,6 +258,7 @@ ALLOWED_ANONYMOUS = frozenset(
         "to_date",
         "now",
         "generate_series",
+        "generate_subscripts",
         "range",
         "unnest",
         "btrim",

@@ -76,8 +76,8 @@ def _syntax_error(sql: str, exc: Exception) -> Error:
             message = f'syntax error at or near "{near}"'
         else:
             message = "syntax error at end of input"
-        if desc.startswith("syntax error") or "<Token" in desc:
-            detail = None
+        if desc.startswith("syntax error") or "<Token" in desc or "<class " in desc:
+            detail = None  # sqlglot's internals say nothing to users
         else:
             detail = desc.split(". Line ")[0]
         return sql_error(SYNTAX_ERROR, message, detail=detail, position=max(pos, 1))
@@ -139,6 +139,8 @@ def parse_statements(sql: str) -> list[Statement]:
         ast = parsed[0] if parsed else None
         if ast is None:
             continue
+        if isinstance(ast, exp.Values):
+            ast = _values_as_query(ast)
         if not isinstance(ast, _STATEMENT_TYPES):
             first = chunk[0]
             raise sql_error(
@@ -148,6 +150,29 @@ def parse_statements(sql: str) -> list[Statement]:
             )
         out.append(Statement(ast, text, start))
     return out
+
+
+def _values_as_query(values: exp.Values) -> exp.Expression:
+    """A bare ``VALUES`` list is a query whose columns are named column1, column2, ...
+    (PostgreSQL): ``SELECT * FROM (VALUES ...) AS "values"(column1, ...)``."""
+    modifiers = {}
+    for key in ("order", "limit", "offset"):
+        if values.args.get(key) is not None:
+            modifiers[key] = values.args[key]
+            values.set(key, None)
+    first = values.expressions[0] if values.expressions else None
+    width = len(first.expressions) if isinstance(first, exp.Tuple) else 1
+    values.set(
+        "alias",
+        exp.TableAlias(
+            this=exp.to_identifier("values"),
+            columns=[exp.to_identifier(f"column{i}") for i in range(1, width + 1)],
+        ),
+    )
+    select = exp.select("*").from_(values)
+    for key, value in modifiers.items():
+        select.set(key, value)
+    return select
 
 
 def parse_one(sql: str) -> Statement:

@@ -171,7 +171,12 @@ class SessionConfig:
     @staticmethod
     def canonical(name: str) -> str:
         name = name.strip().lower()
-        return {"time zone": "timezone", "time_zone": "timezone"}.get(name, name)
+        return {
+            "time zone": "timezone",
+            "time_zone": "timezone",
+            # SHOW TRANSACTION ISOLATION LEVEL (SQLAlchemy asks it on connect).
+            "transaction isolation level": "transaction_isolation",
+        }.get(name, name)
 
     def get(self, name: str) -> str | None:
         name = self.canonical(name)

@@ -93,8 +93,11 @@ class TableWriter:
     ) -> WriteResult:
         """Replace each ``old`` row (``_vnode`` and all stored columns) by the ``new`` row
         at the same index (stored columns). A changed key deletes the old key."""
-        new = self.state.with_vnodes(new)
-        data = pa.concat_tables([old, new])
+        # Both sides in the stored schema: DuckDB may spell types differently (a
+        # timestamptz read back is tz="Etc/UTC", the schema says "UTC").
+        schema = self.state.arrow_schema()
+        new = self.state.with_vnodes(new).cast(schema)
+        data = pa.concat_tables([old.select(schema.names).cast(schema), new])
         present = np.concatenate(
             [np.zeros(old.num_rows, dtype=bool), np.ones(new.num_rows, dtype=bool)]
         )

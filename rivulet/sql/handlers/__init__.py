@@ -53,6 +53,16 @@ async def dispatch(session: Session, stmt: Statement, params: list[object]) -> S
             "PRAGMA is not a Rivulet statement",
             hint="Use SET and SHOW for session settings.",
         )
+    if (
+        session.in_transaction
+        and getattr(session, "transaction_read_only", False)
+        and isinstance(ast, (*_WRITES, exp.Create, exp.Drop, exp.Alter))
+    ):
+        raise sql_error(
+            "25006",
+            f"cannot execute {type(ast).__name__.upper()} in a read-only transaction",
+            hint="End the transaction (COMMIT or ROLLBACK) to write.",
+        )
     for kind, handler in _HANDLERS:
         if isinstance(ast, kind):
             if session.in_transaction and isinstance(ast, _WRITES):

@@ -258,7 +258,16 @@ async def _create_table_as(session: Session, stmt: Statement, ast: exp.Create) -
     await session.ctx.ddl.create_table(table)
     created = session.ctx.catalog.get_table(schema, name)
     assert created is not None
-    count = await insert_rows(session, created, rows.rename_columns([c.name for c in columns]))
+    try:
+        count = await insert_rows(session, created, rows.rename_columns([c.name for c in columns]))
+    except BaseException:
+        # The statement failed: the table it created goes too. (Creating it and writing
+        # its rows are two epochs; a crash between them can still leave it empty.)
+        try:
+            await session.ctx.ddl.drop_table(created)
+        except Exception:
+            pass
+        raise
     return StatementResult(tag="CREATE_TABLE", rowcount=count)
 
 
@@ -268,16 +277,18 @@ async def handle_drop(session: Session, stmt: Statement, params: list[object]) -
     kind = (ast.args.get("kind") or "").upper()
     if ast.args.get("materialized"):
         kind = "MATERIALIZED VIEW"
+    # sqlglot keeps the dropped objects under "tables" (older versions: "expressions").
+    objects = list(ast.args.get("tables") or ast.expressions)
     if kind != "TABLE":
         if kind in ("MATERIALIZED VIEW", "VIEW", "SOURCE", "SINK", "INDEX", "SCHEMA"):
             # Nothing of these kinds can exist yet: behave as PostgreSQL for a missing object.
             if ast.args.get("exists"):
-                names = ", ".join(t.name for t in ast.expressions)
+                names = ", ".join(t.name for t in objects)
                 return command(
                     f"DROP_{kind.replace(' ', '_')}",
                     Notice(f'{kind.lower()} "{names}" does not exist, skipping'),
                 )
-            t = ast.expressions[0] if ast.expressions else None
+            t = objects[0] if objects else None
             raise sql_error(
                 UNDEFINED_TABLE,
                 f'{kind.lower()} "{t.name if t else ""}" does not exist',
@@ -287,7 +298,7 @@ async def handle_drop(session: Session, stmt: Statement, params: list[object]) -
     binder = Binder(session.bind_context())
     notices = []
     targets: list[TableCatalog] = []
-    for t in ast.expressions:
+    for t in objects:
         assert isinstance(t, exp.Table)
         table = binder.lookup_table(t.db or None, t.name)
         if table is None and session.ctx.system.relation(t.db or "pg_catalog", t.name):

@@ -150,8 +150,22 @@ def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
                         to=exp.DataType.build(types[name].duckdb, dialect="duckdb"),
                     )
                 )
+    if isinstance(source, exp.Query):
+        _attach_with(source, ast)
     bound = binder.bind_query(source, name_outputs=False)
     return DmlPlan(table, target_ref, bound, ast.args.get("returning"), targets)
+
+
+def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
+    """``WITH ... INSERT/UPDATE/DELETE``: the statement's CTEs become the query's."""
+    outer = statement.args.get("with_")
+    if outer is None:
+        return
+    inner = query.args.get("with_")
+    if inner is None:
+        query.set("with_", outer)
+    else:
+        inner.set("expressions", [*outer.expressions, *inner.expressions])
 
 
 async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
@@ -250,9 +264,11 @@ def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
         binder.note_param_type(eq.expression, col.type)
         sets[name] = eq.expression
     stored = table.columns
-    old_cols = [exp.alias_(exp.column(quote(VNODE_COLUMN)), quote(VNODE_COLUMN))]
+    # Qualified by the target's alias: a FROM list may have columns of the same names.
+    target = quote(ref.alias_or_name)
+    old_cols = [exp.alias_(exp.column(quote(VNODE_COLUMN), target), quote(VNODE_COLUMN))]
     old_cols += [
-        exp.alias_(exp.column(quote(c.name)), quote(f"o{i}")) for i, c in enumerate(stored)
+        exp.alias_(exp.column(quote(c.name), target), quote(f"o{i}")) for i, c in enumerate(stored)
     ]
     new_cols = []
     for i, c in enumerate(stored):
@@ -260,10 +276,11 @@ def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
         expr = (
             exp.Cast(this=value, to=exp.DataType.build(c.type.duckdb, dialect="duckdb"))
             if value is not None
-            else exp.column(quote(c.name))
+            else exp.column(quote(c.name), target)
         )
         new_cols.append(exp.alias_(expr, quote(f"n{i}")))
     select = exp.select(*old_cols, *new_cols).from_(_target_relation(binder, table, ref))
+    _attach_with(select, ast)
     from_ = ast.args.get("from_")
     if from_ is not None:
         for extra in [from_.this, *from_.expressions]:
@@ -320,8 +337,11 @@ def plan_delete(session: Session, ast: exp.Delete) -> DmlPlan:
     binder.number_parameters(ast)
     ref = ast.this
     table = resolve_target(session, binder, ref)
-    cols = [exp.column(quote(VNODE_COLUMN))] + [exp.column(quote(c.name)) for c in table.columns]
+    target = quote(ref.alias_or_name)
+    cols = [exp.column(quote(VNODE_COLUMN), target)]
+    cols += [exp.column(quote(c.name), target) for c in table.columns]
     select = exp.select(*cols).from_(_target_relation(binder, table, ref))
+    _attach_with(select, ast)
     for extra in ast.args.get("using") or []:
         select = select.join(extra, join_type="cross")
     if ast.args.get("where") is not None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from rivulet.common.errors import FEATURE_NOT_SUPPORTED, sql_error
+from rivulet.common.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, sql_error
 from rivulet.sql.dialect import ExplainStatement
 from rivulet.sql.handlers.query import bind_select
 from rivulet.sql.handlers.show import rows_result
@@ -65,8 +66,8 @@ async def handle_explain(
             rows = cur.execute(prefix + bound.sql).fetchall()
             return rows[-1][-1] if rows else ""
 
-        text = await session.run_query(plan)
-        lines = [(line,) for line in str(text).splitlines() if line.strip()]
+        text = _user_names(str(await session.run_query(plan)), bound.tables)
+        lines = [(line,) for line in text.splitlines() if line.strip()]
         return rows_result(["QUERY PLAN"], lines, tag="EXPLAIN")
     if isinstance(inner, exp.Insert | exp.Update | exp.Delete):
         kind = type(inner).__name__.upper()
@@ -89,6 +90,18 @@ async def handle_explain(
     raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN of {type(inner).__name__} is not supported")
 
 
+def _user_names(plan: str, tables: list) -> str:  # type: ignore[type-arg]
+    """The plan with each state table (``memory.state.t1001``) shown by the name of the
+    table it stores, padded so that DuckDB's boxes stay aligned."""
+    names = {t.id: t.qualified_name for t in tables}
+
+    def name(m: re.Match[str]) -> str:
+        shown = names.get(int(m.group(1)), "table")
+        return shown.ljust(len(m.group(0)))
+
+    return re.sub(r'(?:memory\.)?"?state"?\."?t(\d+)"?', name, plan)
+
+
 async def handle_command(
     session: Session, stmt: Statement, params: list[object]
 ) -> StatementResult:
@@ -100,7 +113,35 @@ async def handle_command(
 
         return await handle_alter(session, stmt, params)
     if head.startswith(("CREATE", "DROP")):
-        raise sql_error(
-            FEATURE_NOT_SUPPORTED, f"{' '.join(words[:3]).upper()} is not supported yet"
-        )
-    raise sql_error(FEATURE_NOT_SUPPORTED, f"{head or 'this statement'} is not supported yet")
+        kind = words[1].upper() if len(words) > 1 else ""
+        if kind not in _OBJECT_KINDS:
+            # A typo (CREATE TABEL ...) is a syntax error, not a missing feature.
+            word = words[1] if len(words) > 1 else words[0]
+            raise sql_error(
+                SYNTAX_ERROR,
+                f'syntax error at or near "{word}"',
+                position=stmt.text.find(word) + 1 if len(words) > 1 else None,
+            )
+        shown = words[:3] if kind in _TWO_WORD_KINDS and len(words) > 2 else words[:2]
+        raise sql_error(FEATURE_NOT_SUPPORTED, f"{' '.join(shown).upper()} is not supported yet")
+    verb = words[0].upper() if words else "this statement"
+    if verb in ("SAVEPOINT", "RELEASE"):
+        # psycopg wraps its type look-ups (TypeInfo.fetch, which SQLAlchemy runs on
+        # connect) in a savepoint when a transaction block is open. Every statement
+        # commits on its own, so a savepoint marks nothing: accept it as a no-op.
+        if not session.in_transaction:
+            raise sql_error("25P01", f"{verb} can only be used in transaction blocks")
+        return command(verb)
+    raise sql_error(FEATURE_NOT_SUPPORTED, f"{verb} is not supported yet")
+
+
+# What may follow CREATE or DROP in PostgreSQL or RisingWave.
+_OBJECT_KINDS = {
+    "TABLE", "MATERIALIZED", "VIEW", "SOURCE", "SINK", "INDEX", "SCHEMA", "DATABASE", "USER",
+    "ROLE", "GROUP", "FUNCTION", "AGGREGATE", "PROCEDURE", "SECRET", "CONNECTION",
+    "SUBSCRIPTION", "TYPE", "DOMAIN", "SEQUENCE", "EXTENSION", "TRIGGER", "RULE", "POLICY",
+    "PUBLICATION", "SERVER", "TABLESPACE", "CAST", "OPERATOR", "COLLATION", "STATISTICS",
+    "TEMP", "TEMPORARY", "UNIQUE", "OR", "UNLOGGED", "FOREIGN", "EVENT", "LANGUAGE", "OWNED",
+}  # fmt: skip
+_TWO_WORD_KINDS = {"MATERIALIZED", "TEMP", "TEMPORARY", "UNIQUE", "OR", "UNLOGGED", "FOREIGN",
+                   "EVENT"}  # fmt: skip

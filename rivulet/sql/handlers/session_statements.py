@@ -56,11 +56,13 @@ async def handle_transaction(
             )
         session.in_transaction = True
         session.wrote_in_transaction = False
+        session.transaction_read_only = ast.args.get("read_only") is True
         return command("BEGIN")
     was_open = session.in_transaction
     wrote = session.wrote_in_transaction
     session.in_transaction = False
     session.wrote_in_transaction = False
+    session.transaction_read_only = False
     tag = "COMMIT" if verb == "commit" else "ROLLBACK"
     if not was_open:
         return command(

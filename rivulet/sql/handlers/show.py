@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from rivulet.common.errors import INVALID_SCHEMA_NAME, UNDEFINED_TABLE, sql_error
 from rivulet.common.types import VARCHAR
@@ -94,7 +95,7 @@ async def handle_show(session: Session, stmt: Statement, params: list[object]) -
         )
     if what.startswith("create table") or what.startswith("create "):
         parts = what.split()
-        name = " ".join(parts[2:]) if len(parts) > 2 else ""
+        name = ast.args.get("target") or (" ".join(parts[2:]) if len(parts) > 2 else "")
         table = _table(session, name)
         return rows_result(["Name", "Create Sql"], [(table.qualified_name, table.definition)])
     if what in ("parameters",):
@@ -108,11 +109,16 @@ async def handle_show(session: Session, stmt: Statement, params: list[object]) -
 
 
 def _table(session: Session, dotted: str) -> TableCatalog:
-    parts = [p.strip('"') for p in dotted.split(".")]
-    schema, name = (parts[-2], parts[-1]) if len(parts) > 1 else (None, parts[-1])
-    table = Binder(session.bind_context()).lookup_table(schema, name)
+    """The table a (possibly qualified and quoted) name in SQL syntax names."""
+    try:
+        ref = exp.to_table(dotted, dialect="postgres")
+    except Exception:
+        raise sql_error(UNDEFINED_TABLE, f'relation "{dotted}" does not exist') from None
+    normalize_identifiers(ref, dialect="postgres")
+    table = Binder(session.bind_context()).lookup_table(ref.db or None, ref.name)
     if table is None:
-        raise sql_error(UNDEFINED_TABLE, f'relation "{dotted}" does not exist')
+        shown = f"{ref.db}.{ref.name}" if ref.db else ref.name
+        raise sql_error(UNDEFINED_TABLE, f'relation "{shown}" does not exist')
     return table
 
 

@@ -1,0 +1,868 @@
+"""One client connection: start-up, authentication, and the simple and extended query
+protocols on top of a ``Session``.
+
+The connection is a small state machine. Errors in a statement become an ErrorResponse and
+the connection goes on (after an error in the extended protocol, messages are skipped until
+Sync); only a broken protocol or a vanished client ends it, and then only this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import secrets
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+from sqlglot import exp
+
+from rivulet.common.errors import (
+    ADMIN_SHUTDOWN,
+    DUPLICATE_PREPARED_STATEMENT,
+    FEATURE_NOT_SUPPORTED,
+    INTERNAL_ERROR,
+    INVALID_AUTHORIZATION,
+    INVALID_CATALOG_NAME,
+    INVALID_CURSOR_NAME,
+    INVALID_PASSWORD,
+    INVALID_PREPARED_STATEMENT,
+    PROTOCOL_VIOLATION,
+    QUERY_CANCELED,
+    SYNTAX_ERROR,
+    Error,
+    sql_error,
+)
+from rivulet.common.types import arrow_type_of
+from rivulet.meta.catalog import DEFAULT_DATABASE
+from rivulet.server.pgwire import codec
+from rivulet.server.pgwire import messages as m
+from rivulet.server.pgwire.auth import MECHANISM, AuthFailed, ScramExchange
+from rivulet.sql import dialect
+from rivulet.sql.duckdb_errors import translate
+from rivulet.sql.handlers import describe
+from rivulet.sql.handlers.copy import CopyLoader
+from rivulet.sql.parser import Statement
+from rivulet.sql.result import Column, CopyInRequest, StatementResult
+from rivulet.sql.session_config import VARIABLES
+
+if TYPE_CHECKING:
+    from rivulet.server.pgwire.server import PgServer
+    from rivulet.sql.session import Session
+
+log = logging.getLogger("rivulet.server")
+
+# Rows encoded per DataRow batch; output is flushed to the socket past this many bytes.
+_ROW_BATCH = 65_536
+_FLUSH_BYTES = 1 << 20
+# A client must finish start-up and authentication within this time (PostgreSQL: 60 s).
+_STARTUP_TIMEOUT_SECONDS = 60.0
+
+# Statements whose result columns are only known by running them.
+_RUN_TO_DESCRIBE = (exp.Query, exp.Describe, dialect.ShowStatement, dialect.ExplainStatement)
+
+_DEALLOCATE = re.compile(
+    r'^\s*deallocate\s+(?:prepare\s+)?(?:"([^"]+)"|([^\s;]+))\s*;?\s*$', re.IGNORECASE
+)
+_MESSAGE_LEVELS = ["debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning"]
+
+
+@dataclass
+class PreparedStatement:
+    """A parsed statement (Parse message); ``stmt`` is None for an empty query."""
+
+    sql: str
+    stmt: Statement | None
+    param_oids: list[int]
+    described: bool = False
+    columns: list[Column] | None = None
+    # Types written as casts of parameters (``$1::uuid``), by 0-based parameter index.
+    cast_oids: dict[int, int] = field(default_factory=dict)
+    named: bool = False
+    # A copy made ahead, while the client reads the previous reply (copying a tree costs
+    # tens of microseconds, a fair part of a prepared statement's round trip).
+    spare: Statement | None = None
+
+    def fresh(self) -> Statement:
+        """A copy of the statement for one run: handlers rewrite their tree in place."""
+        assert self.stmt is not None
+        spare, self.spare = self.spare, None
+        return spare if spare is not None else _copy_statement(self.stmt)
+
+    def refill(self) -> None:
+        if self.spare is None and self.stmt is not None:
+            self.spare = _copy_statement(self.stmt)
+
+
+@dataclass
+class Portal:
+    """A bound statement (Bind message), possibly already run (Describe of a query runs it
+    so that its columns are known; Execute then sends the kept rows)."""
+
+    statement: PreparedStatement
+    params: list[object]
+    result_formats: list[int]
+    result: StatementResult | None = None
+    sent_side_messages: bool = False
+    rows_sent: int = 0
+    done: bool = False
+    columns: list[Column] | None = field(default=None)
+
+
+def _is_transaction_end(stmt: Statement | None) -> bool:
+    ast = stmt.ast if stmt is not None else None
+    return isinstance(ast, dialect.TransactionStatement) and ast.args.get("this") in (
+        "commit",
+        "rollback",
+    )
+
+
+def _cast_oids(stmt: Statement | None) -> dict[int, int]:
+    """Type OIDs of parameters that the statement casts (``$1::uuid``, ``$2::text[]``):
+    what a client is told when the binder infers nothing, and how text arrays are read."""
+    out: dict[int, int] = {}
+    if stmt is None:
+        return out
+    for cast in stmt.ast.find_all(exp.Cast):
+        param = cast.this
+        to = cast.args.get("to")
+        if not isinstance(param, exp.Parameter) or not isinstance(to, exp.DataType):
+            continue
+        try:
+            index = int(param.name) - 1
+        except ValueError:
+            continue
+        oid = codec.oid_of_type_name(to.sql(dialect="postgres"))
+        if oid is not None and index >= 0:
+            out.setdefault(index, oid)
+    return out
+
+
+def _copy_statement(stmt: Statement) -> Statement:
+    """Handlers rewrite trees in place; every run gets its own copy."""
+    return Statement(stmt.ast.copy(), stmt.text, stmt.start)
+
+
+def _internal(exc: BaseException) -> Error:
+    return sql_error(INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+
+
+class Connection:
+    def __init__(
+        self, server: PgServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self.server = server
+        self.reader = m.MessageReader(reader)
+        self.writer = writer
+        self.out = bytearray()
+        self.session: Session | None = None
+        self.process_id = 0
+        self.secret_key = 0
+        self.user = ""
+        self.statements: dict[str, PreparedStatement] = {}
+        self.portals: dict[str, Portal] = {}
+        self.skip_until_sync = False
+        self.transaction_failed = False
+        self.closing = False
+        # Prepared statements run since the last Sync.
+        self._ran: list[PreparedStatement] = []
+
+    # ------------------------------------------------------------- plumbing
+    async def flush(self) -> None:
+        if self.out:
+            data, self.out = self.out, bytearray()
+            self.writer.write(data)
+            await self.writer.drain()
+
+    def _status(self) -> bytes:
+        if self.transaction_failed:
+            return b"E"
+        return b"T" if self.session is not None and self.session.in_transaction else b"I"
+
+    def _send_error(self, exc: Error) -> None:
+        self.out += m.error_from(exc)
+        if self.session is not None and self.session.in_transaction:
+            self.transaction_failed = True
+
+    def _fatal(self, sqlstate: str, text: str) -> None:
+        self.out += m.error_response(sqlstate, text, severity="FATAL")
+
+    @property
+    def timezone(self) -> str:
+        assert self.session is not None
+        return self.session.config.get("timezone") or "UTC"
+
+    # ------------------------------------------------------------- lifecycle
+    async def run(self) -> None:
+        """Serve the client until it leaves; never raises (except cancellation)."""
+        try:
+            if await asyncio.wait_for(self._startup(), _STARTUP_TIMEOUT_SECONDS):
+                await self._serve()
+        except TimeoutError:
+            log.info("client did not finish start-up within %ss", _STARTUP_TIMEOUT_SECONDS)
+        except (m.ClientGone, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except m.ProtocolError as exc:
+            self.out += m.error_response(exc.sqlstate, exc.message, severity="FATAL")
+        except Error as exc:  # during start-up: the connection cannot go on
+            self.out += m.error_from(exc, severity="FATAL")
+        except asyncio.CancelledError:
+            if self.closing:
+                self.out += m.error_response(
+                    ADMIN_SHUTDOWN,
+                    "terminating connection due to administrator command",
+                    severity="FATAL",
+                )
+            else:
+                raise
+        except Exception:
+            log.exception("connection %s failed", self.process_id or "(starting)")
+        finally:
+            await self._close()
+
+    async def _close(self) -> None:
+        self.server.unregister(self)
+        if self.session is not None:
+            self.session.close()
+        try:
+            if self.out and not self.writer.is_closing():
+                self.writer.write(bytes(self.out))
+            self.out.clear()
+            self.writer.close()
+            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+        except (Exception, asyncio.CancelledError):
+            pass
+
+    # --------------------------------------------------------------- startup
+    async def _startup(self) -> bool:
+        while True:
+            code, body = await self.reader.read_startup()
+            if code in (m.SSL_REQUEST, m.GSSENC_REQUEST):
+                self.writer.write(b"N")  # no TLS/GSS: the client goes on in plain text
+                await self.writer.drain()
+                continue
+            if code == m.CANCEL_REQUEST:
+                if len(body) >= 8:
+                    pid = int.from_bytes(body[0:4], "big", signed=True)
+                    key = int.from_bytes(body[4:8], "big", signed=True)
+                    self.server.cancel(pid, key)
+                return False
+            if code >> 16 == 3:
+                break
+            raise m.ProtocolError(
+                f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: server supports 3.0"
+            )
+        params = m.parse_startup_params(body)
+        unsupported = [k for k in params if k.startswith("_pq_.")]
+        if code & 0xFFFF or unsupported:
+            self.out += m.negotiate_protocol_version(0, unsupported)
+        self.user = params.get("user") or ""
+        if not self.user:
+            self._fatal(
+                INVALID_AUTHORIZATION, "no PostgreSQL user name specified in startup packet"
+            )
+            return False
+        database = params.get("database") or self.user
+        if not await self._authenticate():
+            return False
+        if database != DEFAULT_DATABASE:
+            self._fatal(INVALID_CATALOG_NAME, f'database "{database}" does not exist')
+            return False
+        session = self.server.engine.new_session(user=self.user, database=database)
+        self.session = session
+        try:
+            self._apply_startup_settings(params)
+        except Error as exc:
+            self.out += m.error_from(exc, severity="FATAL")
+            return False
+        self.process_id = session.id
+        self.secret_key = secrets.randbits(31)
+        self.server.register(self)
+        self.out += m.AUTH_OK
+        for name, value in session.config.reported():
+            self.out += m.parameter_status(name, value)
+        self.out += m.backend_key_data(self.process_id, self.secret_key)
+        self.out += m.READY[b"I"]
+        await self.flush()
+        return True
+
+    def _apply_startup_settings(self, params: dict[str, str]) -> None:
+        """Startup parameters and ``options=-c name=value`` become session settings."""
+        assert self.session is not None
+        settings: list[tuple[str, str]] = []
+        for name, value in params.items():
+            if name in ("user", "database", "options", "replication") or name.startswith("_pq_"):
+                continue
+            settings.append((name, value))
+        options = params.get("options", "")
+        if options:
+            words = shlex.split(options.replace("\\ ", "\0"))
+            i = 0
+            while i < len(words):
+                word = words[i].replace("\0", " ")
+                setting = None
+                if word == "-c" and i + 1 < len(words):
+                    setting = words[i + 1].replace("\0", " ")
+                    i += 1
+                elif word.startswith(("-c", "--")):
+                    setting = word[2:]
+                if setting and "=" in setting:
+                    name, _, value = setting.partition("=")
+                    settings.append((name.replace("-", "_"), value))
+                i += 1
+        for name, value in settings:
+            key = self.session.config.canonical(name)
+            var = VARIABLES.get(key)
+            if var is None or var.read_only or key == "client_encoding":
+                continue  # unknown settings are ignored; the encoding is always UTF8
+            self.session.config.set(key, value)
+
+    async def _authenticate(self) -> bool:
+        verifier = self.server.verifier
+        if verifier is None:
+            return True  # trust
+        self.out += m.auth_sasl([MECHANISM])
+        await self.flush()
+        exchange = ScramExchange(verifier)
+        try:
+            kind, body = await self.reader.read_message()
+            if kind != b"p":
+                raise m.ProtocolError(f"expected SASL response, got message type {kind!r}")
+            b = m.Body(body)
+            mechanism = b.cstring()
+            if mechanism != MECHANISM:
+                self._fatal(INVALID_AUTHORIZATION, f"unsupported SASL mechanism {mechanism!r}")
+                return False
+            length = b.int32()
+            first = b.bytes(length) if length >= 0 else b""
+            self.out += m.auth_sasl_continue(exchange.first(first))
+            await self.flush()
+            kind, body = await self.reader.read_message()
+            if kind != b"p":
+                raise m.ProtocolError(f"expected SASL response, got message type {kind!r}")
+            self.out += m.auth_sasl_final(exchange.final(body))
+            return True
+        except AuthFailed as exc:
+            log.info("authentication of user %r failed: %s", self.user, exc)
+            self._fatal(INVALID_PASSWORD, f'password authentication failed for user "{self.user}"')
+            return False
+
+    # ------------------------------------------------------------ main loop
+    async def _serve(self) -> None:
+        handlers = {
+            b"Q": self._simple_query,
+            b"P": self._parse,
+            b"B": self._bind,
+            b"D": self._describe,
+            b"E": self._execute,
+            b"C": self._close_message,
+        }
+        while True:
+            if self.out and not self.reader.has_buffered():
+                await self.flush()
+            kind, body = await self.reader.read_message()
+            if kind == b"X":
+                return
+            if kind == b"S":
+                self._sync()
+                await self.flush()
+                for ps in self._ran:
+                    if ps.named:
+                        ps.refill()  # the reply is on its way: prepare the next run's copy
+                self._ran.clear()
+                continue
+            if kind == b"H":
+                await self.flush()
+                continue
+            if self.skip_until_sync:
+                continue
+            handler = handlers.get(kind)
+            if handler is None:
+                if kind in (b"d", b"c", b"f"):
+                    continue  # COPY messages outside COPY are ignored, as PostgreSQL does
+                if kind == b"F":
+                    self._extended_error(
+                        sql_error(FEATURE_NOT_SUPPORTED, "function call messages are not supported")
+                    )
+                    continue
+                raise m.ProtocolError(f"invalid frontend message type {kind!r}")
+            try:
+                await handler(body)
+            except Error as exc:
+                if kind == b"Q":
+                    self._send_error(exc)
+                    self.out += m.READY[self._status()]
+                else:
+                    self._extended_error(exc)
+            except (m.ProtocolError, m.ClientGone, ConnectionError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                log.exception("unexpected error in connection %s", self.process_id)
+                if kind == b"Q":
+                    self._send_error(_internal(exc))
+                    self.out += m.READY[self._status()]
+                else:
+                    self._extended_error(_internal(exc))
+
+    def _extended_error(self, exc: Error) -> None:
+        self._send_error(exc)
+        self.skip_until_sync = True
+
+    def _sync(self) -> None:
+        self.skip_until_sync = False
+        if self.session is not None and not self.session.in_transaction:
+            self.portals.clear()  # the implicit transaction ends: its portals go
+            self.transaction_failed = False
+        self.out += m.READY[self._status()]
+
+    # --------------------------------------------------------- simple query
+    async def _simple_query(self, body: bytes) -> None:
+        assert self.session is not None
+        sql = m.Body(body).cstring()
+        log.debug("session %d: query %r", self.process_id, sql)
+        self.portals.pop("", None)
+        dealloc = _DEALLOCATE.match(sql)
+        if dealloc:
+            self._deallocate(dealloc.group(1), dealloc.group(2))
+        else:
+            statements = self.session.parse(sql)
+            if not statements:
+                self.out += m.EMPTY_QUERY
+            for stmt in statements:
+                if not await self._run_simple(stmt):
+                    break
+        self.out += m.READY[self._status()]
+
+    def _deallocate(self, quoted: str | None, bare: str | None) -> None:
+        if bare is not None and bare.lower() == "all":
+            self.statements.clear()
+            self.out += m.command_complete("DEALLOCATE ALL")
+            return
+        name = quoted if quoted is not None else (bare or "").lower()
+        if self.statements.pop(name, None) is None:
+            raise sql_error(
+                INVALID_PREPARED_STATEMENT, f'prepared statement "{name}" does not exist'
+            )
+        self.out += m.command_complete("DEALLOCATE")
+
+    def _check_not_aborted(self, stmt: Statement | None) -> None:
+        if self.transaction_failed and not _is_transaction_end(stmt):
+            raise sql_error(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+
+    async def _run_statement(self, stmt: Statement, params: list[object]) -> StatementResult:
+        assert self.session is not None
+        self._check_not_aborted(stmt)
+        was_failed = self.transaction_failed
+        result = await self.session.execute_statement(stmt, params)
+        if not self.session.in_transaction:
+            self.transaction_failed = False
+            if was_failed and result.tag == "COMMIT":
+                result.tag = "ROLLBACK"  # a failed transaction block can only roll back
+        if isinstance(stmt.ast, dialect.DiscardStatement) and result.tag == "DISCARD ALL":
+            self.statements.clear()
+            self.portals.clear()
+        return result
+
+    async def _run_simple(self, stmt: Statement) -> bool:
+        """Run one statement of a simple query; False when it failed (the rest is skipped)."""
+        try:
+            result = await self._run_statement(stmt, [])
+            self._side_messages(result)
+            if result.copy_in is not None:
+                return await self._copy_in(result.copy_in)
+            if result.copy_out is not None:
+                await self._copy_out(result)
+            elif result.is_query:
+                assert result.columns is not None
+                self.out += self._row_description(result.columns, [])
+                await self._send_rows(result, result.columns, [], 0, None)
+                self.out += m.command_complete(result.tag)
+            else:
+                self.out += m.command_complete(result.tag)
+            return True
+        except Error as exc:
+            self._send_error(exc)
+            return False
+        except (m.ProtocolError, m.ClientGone, ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("unexpected error in connection %s", self.process_id)
+            self._send_error(_internal(exc))
+            return False
+
+    def _side_messages(self, result: StatementResult) -> None:
+        """Notices and ParameterStatus changes that go with a result."""
+        assert self.session is not None
+        if result.notices:
+            minimum = (self.session.config.get("client_min_messages") or "notice").lower()
+            floor = _MESSAGE_LEVELS.index(minimum) if minimum in _MESSAGE_LEVELS else 99
+            for notice in result.notices:
+                level = notice.severity.lower()
+                rank = _MESSAGE_LEVELS.index(level) if level in _MESSAGE_LEVELS else 99
+                if level == "warning" or rank >= floor:
+                    self.out += m.notice_response(
+                        notice.severity, notice.sqlstate, notice.message, notice.hint
+                    )
+        for name, value in result.parameter_status:
+            self.out += m.parameter_status(name, value)
+
+    # --------------------------------------------------------------- results
+    @staticmethod
+    def _format_of(formats: list[int], i: int) -> int:
+        if not formats:
+            return 0
+        return formats[0] if len(formats) == 1 else formats[i]
+
+    def _row_description(self, columns: list[Column], formats: list[int]) -> bytes:
+        if len(formats) > 1 and len(formats) != len(columns):
+            raise sql_error(
+                PROTOCOL_VIOLATION,
+                f"bind message has {len(formats)} result formats but query has {len(columns)} columns",
+            )
+        return m.row_description(
+            [
+                (
+                    c.name,
+                    codec.wire_oid(c.type.oid),
+                    c.type.typlen,
+                    c.type.typmod,
+                    self._format_of(formats, i),
+                )
+                for i, c in enumerate(columns)
+            ]
+        )
+
+    async def _send_rows(
+        self,
+        result: StatementResult,
+        columns: list[Column],
+        formats: list[int],
+        start: int,
+        limit: int | None,
+    ) -> int:
+        """DataRows for rows ``start``.. (at most ``limit``); returns how many were sent."""
+        table = result.rows
+        if table is None:
+            return 0
+        if len(formats) > 1 and len(formats) != len(columns):
+            raise sql_error(
+                PROTOCOL_VIOLATION,
+                f"bind message has {len(formats)} result formats but query has {len(columns)} columns",
+            )
+        end = table.num_rows if limit is None else min(table.num_rows, start + limit)
+        types = [c.type for c in columns]
+        timezone = self.timezone
+        pos = start
+        while pos < end:
+            piece = table.slice(pos, min(_ROW_BATCH, end - pos))
+            self.out += codec.encode_rows(piece, types, formats, timezone)
+            pos += piece.num_rows
+            if len(self.out) >= _FLUSH_BYTES:
+                await self.flush()
+        return end - start
+
+    # ------------------------------------------------------------------ COPY
+    async def _copy_in(self, request: CopyInRequest) -> bool:
+        """Receive COPY FROM STDIN data; True when it was loaded."""
+        assert self.session is not None
+        loader = CopyLoader(self.session, request)
+        self.out += m.copy_in_response(len(request.column_names))
+        await self.flush()
+        failure: Error | None = None
+        while True:
+            kind, body = await self.reader.read_message()
+            if kind == b"d":
+                if failure is None:
+                    try:
+                        await loader.feed(body)
+                    except Error as exc:
+                        failure = exc
+                    except duckdb.Error as exc:
+                        failure = translate(exc)
+                    except Exception as exc:
+                        log.exception("COPY data failed")
+                        failure = _internal(exc)
+            elif kind == b"c":
+                break
+            elif kind == b"f":
+                reason = m.Body(body).cstring() if body else ""
+                failure = sql_error(QUERY_CANCELED, f"COPY from stdin failed: {reason}")
+                break
+            elif kind in (b"H", b"S"):
+                continue
+            elif kind == b"X":
+                raise m.ClientGone()
+            else:
+                failure = sql_error(
+                    PROTOCOL_VIOLATION,
+                    f"unexpected message type {kind!r} during COPY from stdin",
+                )
+                break
+        if failure is None:
+            try:
+                count = await loader.finish()
+            except Error as exc:
+                failure = exc
+            except duckdb.Error as exc:
+                failure = translate(exc)
+            except Exception as exc:
+                log.exception("COPY failed")
+                failure = _internal(exc)
+        if failure is not None:
+            self._send_error(failure)
+            return False
+        self.out += m.command_complete(f"COPY {count}")
+        return True
+
+    async def _copy_out(self, result: StatementResult) -> None:
+        """COPY ... TO STDOUT: one CopyData per row."""
+        assert result.copy_out is not None and result.columns is not None
+        options = result.copy_out
+        columns = result.columns
+        self.out += m.copy_out_response(len(columns))
+        delimiter = str(
+            options.get("delimiter") or ("," if options.get("format") == "csv" else "\t")
+        )
+        if options.get("header"):
+            if options.get("format") == "csv":
+                header = codec.csv_header([c.name for c in columns], delimiter)
+            else:
+                header = delimiter.join(c.name for c in columns) + "\n"
+            self.out += m.message(b"d", header.encode("utf-8"))
+        table = result.rows
+        if table is not None and columns:
+            types = [c.type for c in columns]
+            for pos in range(0, table.num_rows, _ROW_BATCH):
+                piece = table.slice(pos, _ROW_BATCH)
+                lines = codec.copy_text_rows(piece, types, options, self.timezone)
+                self.out += codec.frame_messages(b"d", lines)
+                if len(self.out) >= _FLUSH_BYTES:
+                    await self.flush()
+        self.out += m.COPY_DONE
+        self.out += m.command_complete(result.tag)
+
+    # ------------------------------------------------------- extended query
+    async def _parse(self, body: bytes) -> None:
+        assert self.session is not None
+        msg = m.parse_parse(body)
+        log.debug("session %d: parse %r as %r", self.process_id, msg.query, msg.name)
+        if msg.name and msg.name in self.statements:
+            raise sql_error(
+                DUPLICATE_PREPARED_STATEMENT, f'prepared statement "{msg.name}" already exists'
+            )
+        statements = self.session.parse(msg.query)
+        if len(statements) > 1:
+            raise sql_error(
+                SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"
+            )
+        stmt = statements[0] if statements else None
+        self._check_not_aborted(stmt)
+        self.statements[msg.name] = PreparedStatement(
+            msg.query, stmt, msg.param_oids, cast_oids=_cast_oids(stmt), named=bool(msg.name)
+        )
+        self.out += m.PARSE_COMPLETE
+
+    def _statement(self, name: str) -> PreparedStatement:
+        ps = self.statements.get(name)
+        if ps is None:
+            raise sql_error(
+                INVALID_PREPARED_STATEMENT, f'prepared statement "{name}" does not exist'
+            )
+        return ps
+
+    def _portal(self, name: str) -> Portal:
+        portal = self.portals.get(name)
+        if portal is None:
+            raise sql_error(INVALID_CURSOR_NAME, f'portal "{name}" does not exist')
+        return portal
+
+    async def _describe_statement(self, ps: PreparedStatement) -> None:
+        """Fill in parameter types and result columns of a prepared statement."""
+        assert self.session is not None
+        if ps.described or ps.stmt is None:
+            ps.described = True
+            return
+        given = [codec.type_of_oid(oid) for oid in ps.param_oids]
+        types, columns = describe(self.session, ps.stmt, given)
+        if columns is None and isinstance(ps.stmt.ast, _RUN_TO_DESCRIBE) and not types:
+            result = await self.session.execute_statement(ps.fresh(), [])
+            columns = result.columns
+        oids = list(ps.param_oids)
+        for i, t in enumerate(types):
+            inferred = (
+                codec.wire_oid(t.oid) if t is not None else ps.cast_oids.get(i, codec.TEXT_OID)
+            )
+            if i >= len(oids):
+                oids.append(inferred)
+            elif oids[i] == 0:
+                oids[i] = inferred
+        ps.param_oids = oids
+        ps.columns = columns
+        ps.described = True
+
+    async def _bind(self, body: bytes) -> None:
+        msg = m.parse_bind(body)
+        ps = self._statement(msg.statement)
+        if msg.portal and msg.portal in self.portals:
+            raise sql_error("42P03", f'cursor "{msg.portal}" already exists')
+        nparams = len(msg.params)
+        formats = msg.param_formats
+        if len(formats) > 1 and len(formats) != nparams:
+            raise sql_error(
+                PROTOCOL_VIOLATION,
+                f"bind message has {len(formats)} parameter formats but {nparams} parameters",
+            )
+        values = [
+            codec.decode_param(
+                self._param_oid(ps, i),
+                formats[0] if len(formats) == 1 else (formats[i] if formats else 0),
+                raw,
+            )
+            for i, raw in enumerate(msg.params)
+        ]
+        self.portals[msg.portal] = Portal(ps, values, msg.result_formats)
+        self.out += m.BIND_COMPLETE
+
+    @staticmethod
+    def _param_oid(ps: PreparedStatement, i: int) -> int:
+        """The type a Bind value is read as: the client's, else an array cast's (text
+        arrays need reading; other unknown values go to the engine as strings)."""
+        oid = ps.param_oids[i] if i < len(ps.param_oids) else 0
+        if oid == 0:
+            cast = ps.cast_oids.get(i, 0)
+            if cast in codec.ARRAY_ELEMENT_OID:
+                return cast
+        return oid
+
+    async def _describe(self, body: bytes) -> None:
+        b = m.Body(body)
+        kind = b.byte()
+        name = b.cstring()
+        if kind == b"S":
+            ps = self._statement(name)
+            await self._describe_statement(ps)
+            self.out += m.parameter_description(ps.param_oids)
+            if ps.columns:
+                self.out += self._row_description(ps.columns, [])
+            else:
+                self.out += m.NO_DATA
+        elif kind == b"P":
+            portal = self._portal(name)
+            columns = await self._portal_columns(portal)
+            if columns:
+                self.out += self._row_description(columns, portal.result_formats)
+            else:
+                self.out += m.NO_DATA
+        else:
+            raise m.ProtocolError(f"invalid DESCRIBE message subtype {kind!r}")
+
+    async def _portal_columns(self, portal: Portal) -> list[Column] | None:
+        assert self.session is not None
+        ps = portal.statement
+        if portal.columns is not None or ps.stmt is None:
+            return portal.columns
+        if portal.result is None and isinstance(ps.stmt.ast, _RUN_TO_DESCRIBE):
+            self._ran.append(ps)
+            portal.result = await self._run_statement(ps.fresh(), portal.params)
+        if portal.result is not None:
+            columns = portal.result.columns if portal.result.copy_out is None else None
+        elif ps.described:
+            columns = ps.columns
+        else:
+            given = [codec.type_of_oid(oid) for oid in ps.param_oids]
+            _, columns = describe(self.session, ps.stmt, given)
+        portal.columns = columns
+        return columns
+
+    async def _execute(self, body: bytes) -> None:
+        b = m.Body(body)
+        portal = self._portal(b.cstring())
+        max_rows = b.int32()
+        ps = portal.statement
+        if ps.stmt is None:
+            self.out += m.EMPTY_QUERY
+            return
+        if portal.result is None:
+            self._ran.append(ps)
+            portal.result = await self._run_statement(ps.fresh(), portal.params)
+        result = portal.result
+        if not portal.sent_side_messages:
+            portal.sent_side_messages = True
+            self._side_messages(result)
+        if result.copy_in is not None:
+            if not await self._copy_in(result.copy_in):
+                self.skip_until_sync = True
+            portal.done = True
+            return
+        if result.copy_out is not None:
+            if not portal.done:
+                await self._copy_out(result)
+                portal.done = True
+            return
+        if not result.is_query:
+            self.out += m.command_complete(result.tag)
+            portal.done = True
+            return
+        assert result.columns is not None
+        columns = self._conform(portal, result)
+        limit = max_rows if max_rows > 0 else None
+        sent = await self._send_rows(
+            result, columns, portal.result_formats, portal.rows_sent, limit
+        )
+        start = portal.rows_sent
+        portal.rows_sent += sent
+        total = result.rows.num_rows if result.rows is not None else 0
+        if portal.rows_sent < total:
+            self.out += m.PORTAL_SUSPENDED
+            return
+        portal.done = True
+        tag = result.tag if start == 0 and sent == total else f"SELECT {sent}"
+        self.out += m.command_complete(tag)
+
+    def _conform(self, portal: Portal, result: StatementResult) -> list[Column]:
+        """Rows must match the columns the client was told about (a Describe of the
+        statement before the run): cast where the run produced another type."""
+        assert result.columns is not None
+        told = portal.statement.columns if portal.columns is None else portal.columns
+        if not told or len(told) != len(result.columns) or result.rows is None:
+            return result.columns
+        if all(a.type.oid == b.type.oid for a, b in zip(told, result.columns)):
+            return result.columns
+        table = result.rows
+        columns = list(result.columns)
+        for i, (want, have) in enumerate(zip(told, result.columns)):
+            if want.type.oid == have.type.oid:
+                continue
+            try:
+                target = arrow_type_of(want.type)
+                table = table.set_column(i, table.field(i).name, table.column(i).cast(target))
+                columns[i] = Column(have.name, want.type)
+            except (TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+        result.rows = table
+        result.columns = columns
+        return columns
+
+    async def _close_message(self, body: bytes) -> None:
+        b = m.Body(body)
+        kind = b.byte()
+        name = b.cstring()
+        if kind == b"S":
+            self.statements.pop(name, None)
+        elif kind == b"P":
+            self.portals.pop(name, None)
+        else:
+            raise m.ProtocolError(f"invalid CLOSE message subtype {kind!r}")
+        self.out += m.CLOSE_COMPLETE
+
+    # -------------------------------------------------------------- shutdown
+    def cancel_running(self) -> None:
+        """Interrupt the running statement (a CancelRequest from another connection)."""
+        if self.session is not None:
+            self.session.cancel()

@@ -1,0 +1,156 @@
+"""The PostgreSQL wire-protocol server: the listening socket, the registry that routes
+CancelRequests to the right session, and an orderly shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable
+
+from rivulet.engine import Engine
+from rivulet.server.pgwire.auth import ScramVerifier
+from rivulet.server.pgwire.connection import Connection
+
+log = logging.getLogger("rivulet.server")
+
+# How long shutdown waits for connections to wind down before moving on.
+_SHUTDOWN_GRACE_SECONDS = 5.0
+
+
+class PgServer:
+    """Serves one engine over pgwire. Each connection gets its own session."""
+
+    def __init__(self, engine: Engine, password: str | None = None) -> None:
+        self.engine = engine
+        # Only the SCRAM verifier is kept, never the password.
+        self.verifier = ScramVerifier.from_password(password) if password else None
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[Connection] = set()
+        self._by_process_id: dict[int, Connection] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self.closed = asyncio.Event()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 4566) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, host, port, reuse_address=True, backlog=512
+        )
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """(host, port) actually bound (useful with port 0)."""
+        assert self._server is not None and self._server.sockets
+        sockname = self._server.sockets[0].getsockname()
+        return str(sockname[0]), int(sockname[1])
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        conn = Connection(self, reader, writer)
+        if self._closing:
+            writer.close()
+            return
+        if task is not None:
+            self._tasks.add(task)
+        self._connections.add(conn)
+        try:
+            await conn.run()
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # never let one client take the accept loop down
+            log.exception("connection handler failed")
+        finally:
+            self._connections.discard(conn)
+            if task is not None:
+                self._tasks.discard(task)
+
+    # ---------------------------------------------------------- cancel keys
+    def register(self, conn: Connection) -> None:
+        self._by_process_id[conn.process_id] = conn
+
+    def unregister(self, conn: Connection) -> None:
+        if self._by_process_id.get(conn.process_id) is conn:
+            del self._by_process_id[conn.process_id]
+
+    def cancel(self, process_id: int, secret_key: int) -> None:
+        """A CancelRequest: interrupt that session's statement if the key matches."""
+        conn = self._by_process_id.get(process_id)
+        if conn is None or conn.secret_key != secret_key:
+            log.info("cancel request for unknown process %d ignored", process_id)
+            return
+        conn.cancel_running()
+
+    # -------------------------------------------------------------- shutdown
+    async def close(self, *, shutdown_engine: bool = True) -> None:
+        """Stop accepting, end every connection, then shut the engine down."""
+        if self._closing:
+            await self.closed.wait()
+            return
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.closing = True
+            conn.cancel_running()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_SHUTDOWN_GRACE_SECONDS)
+        if shutdown_engine:
+            try:
+                await self.engine.shutdown()
+            except Exception:
+                log.exception("engine shutdown failed")
+        self.closed.set()
+
+
+async def serve(
+    engine: Engine, host: str = "127.0.0.1", port: int = 4566, password: str | None = None
+) -> PgServer:
+    """Start serving ``engine`` on ``host:port``; returns the running server."""
+    server = PgServer(engine, password)
+    await server.start(host, port)
+    return server
+
+
+def run_playground(
+    data_dir: str | os.PathLike[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 4566,
+    password: str | None = None,
+    *,
+    on_ready: Callable[[PgServer], None] | None = None,
+) -> None:
+    """Run an engine with a pgwire server until SIGINT/SIGTERM, then shut down cleanly.
+
+    In memory when ``data_dir`` is None. ``on_ready`` is called once the socket listens.
+    """
+    engine = Engine(data_dir)
+    try:
+        asyncio.run(_playground(engine, host, port, password, on_ready))
+    finally:
+        engine.close()
+
+
+async def _playground(
+    engine: Engine,
+    host: str,
+    port: int,
+    password: str | None,
+    on_ready: Callable[[PgServer], None] | None,
+) -> None:
+    server = await serve(engine, host, port, password)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    if on_ready is not None:
+        on_ready(server)
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
