@@ -45,7 +45,9 @@ def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
                 return proc
         except psycopg.OperationalError:
             if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "exited")
+                raise RuntimeError(
+                    proc.stderr.read().decode() if proc.stderr else "exited"
+                ) from None
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("server did not start")

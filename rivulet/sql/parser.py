@@ -7,7 +7,6 @@ that psql can point at the offending token.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -47,13 +46,38 @@ _STATEMENT_TYPES: tuple[type[exp.Expression], ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
 class Statement:
-    """One parsed statement and where it sits in the query string."""
+    """One parsed statement and where it sits in the query string.
 
-    ast: exp.Expression
-    text: str
-    start: int  # 0-based offset of the statement's first character in the query string
+    Handlers rewrite trees in place, so a statement made from a shared tree (the parse
+    cache, a prepared statement) copies it the first time ``ast`` is read: a query whose
+    binding is cached never pays for the copy.
+    """
+
+    __slots__ = ("_owned", "_tree", "start", "text")
+
+    def __init__(self, ast: exp.Expression, text: str, start: int, *, shared: bool = False):
+        self._tree = ast
+        self._owned = not shared
+        self.text = text
+        self.start = start  # 0-based offset of the statement's first character
+
+    @property
+    def ast(self) -> exp.Expression:
+        """This statement's own tree, free to rewrite."""
+        if not self._owned:
+            self._tree = self._tree.copy()
+            self._owned = True
+        return self._tree
+
+    @property
+    def tree(self) -> exp.Expression:
+        """The tree for reading only (no copy)."""
+        return self._tree
+
+    def fresh(self) -> Statement:
+        """Another run of this statement (its tree must not have been rewritten)."""
+        return Statement(self._tree, self.text, self.start, shared=True)
 
 
 def _position(sql: str, line: int, col: int) -> int:

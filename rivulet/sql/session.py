@@ -36,6 +36,8 @@ class Session:
         self.in_transaction = False
         # Whether a write ran inside the open transaction block (ROLLBACK warns then).
         self.wrote_in_transaction = False
+        # START TRANSACTION READ ONLY: writes are refused until the block ends.
+        self.transaction_read_only = False
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
         self._bind_cache: OrderedDict[tuple[str, int, int], BoundQuery] = OrderedDict()
@@ -45,7 +47,7 @@ class Session:
 
     # ---------------------------------------------------------------- parsing
     def parse(self, sql: str) -> list[Statement]:
-        """Parse (with a small cache); every call gets its own copy of the trees."""
+        """Parse (with a small cache); each statement copies its tree when first rewritten."""
         cached = self._parse_cache.get(sql)
         if cached is None:
             cached = parse_statements(sql)
@@ -56,7 +58,7 @@ class Session:
                 self._parse_cache.popitem(last=False)
         else:
             self._parse_cache.move_to_end(sql)
-        return [Statement(st.ast.copy(), st.text, st.start) for st in cached]
+        return [st.fresh() for st in cached]
 
     def bind_query(self, stmt: Statement) -> BoundQuery:
         """Bind a query, reusing the binding of the same text while neither the catalog

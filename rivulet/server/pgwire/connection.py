@@ -82,19 +82,11 @@ class PreparedStatement:
     # Types written as casts of parameters (``$1::uuid``), by 0-based parameter index.
     cast_oids: dict[int, int] = field(default_factory=dict)
     named: bool = False
-    # A copy made ahead, while the client reads the previous reply (copying a tree costs
-    # tens of microseconds, a fair part of a prepared statement's round trip).
-    spare: Statement | None = None
 
     def fresh(self) -> Statement:
-        """A copy of the statement for one run: handlers rewrite their tree in place."""
+        """The statement for one run (it copies its tree only if a handler rewrites it)."""
         assert self.stmt is not None
-        spare, self.spare = self.spare, None
-        return spare if spare is not None else _copy_statement(self.stmt)
-
-    def refill(self) -> None:
-        if self.spare is None and self.stmt is not None:
-            self.spare = _copy_statement(self.stmt)
+        return self.stmt.fresh()
 
 
 @dataclass
@@ -113,7 +105,7 @@ class Portal:
 
 
 def _is_transaction_end(stmt: Statement | None) -> bool:
-    ast = stmt.ast if stmt is not None else None
+    ast = stmt.tree if stmt is not None else None
     return isinstance(ast, dialect.TransactionStatement) and ast.args.get("this") in (
         "commit",
         "rollback",
@@ -126,7 +118,7 @@ def _cast_oids(stmt: Statement | None) -> dict[int, int]:
     out: dict[int, int] = {}
     if stmt is None:
         return out
-    for cast in stmt.ast.find_all(exp.Cast):
+    for cast in stmt.tree.find_all(exp.Cast):
         param = cast.this
         to = cast.args.get("to")
         if not isinstance(param, exp.Parameter) or not isinstance(to, exp.DataType):
@@ -139,11 +131,6 @@ def _cast_oids(stmt: Statement | None) -> dict[int, int]:
         if oid is not None and index >= 0:
             out.setdefault(index, oid)
     return out
-
-
-def _copy_statement(stmt: Statement) -> Statement:
-    """Handlers rewrite trees in place; every run gets its own copy."""
-    return Statement(stmt.ast.copy(), stmt.text, stmt.start)
 
 
 def _internal(exc: BaseException) -> Error:
@@ -168,7 +155,6 @@ class Connection:
         self.transaction_failed = False
         self.closing = False
         # Prepared statements run since the last Sync.
-        self._ran: list[PreparedStatement] = []
 
     # ------------------------------------------------------------- plumbing
     async def flush(self) -> None:
@@ -369,10 +355,6 @@ class Connection:
             if kind == b"S":
                 self._sync()
                 await self.flush()
-                for ps in self._ran:
-                    if ps.named:
-                        ps.refill()  # the reply is on its way: prepare the next run's copy
-                self._ran.clear()
                 continue
             if kind == b"H":
                 await self.flush()
@@ -464,7 +446,7 @@ class Connection:
             self.transaction_failed = False
             if was_failed and result.tag == "COMMIT":
                 result.tag = "ROLLBACK"  # a failed transaction block can only roll back
-        if isinstance(stmt.ast, dialect.DiscardStatement) and result.tag == "DISCARD ALL":
+        if isinstance(stmt.tree, dialect.DiscardStatement) and result.tag == "DISCARD ALL":
             self.statements.clear()
             self.portals.clear()
         return result
@@ -690,7 +672,7 @@ class Connection:
             return
         given = [codec.type_of_oid(oid) for oid in ps.param_oids]
         types, columns = describe(self.session, ps.stmt, given)
-        if columns is None and isinstance(ps.stmt.ast, _RUN_TO_DESCRIBE) and not types:
+        if columns is None and isinstance(ps.stmt.tree, _RUN_TO_DESCRIBE) and not types:
             result = await self.session.execute_statement(ps.fresh(), [])
             columns = result.columns
         oids = list(ps.param_oids)
@@ -767,8 +749,7 @@ class Connection:
         ps = portal.statement
         if portal.columns is not None or ps.stmt is None:
             return portal.columns
-        if portal.result is None and isinstance(ps.stmt.ast, _RUN_TO_DESCRIBE):
-            self._ran.append(ps)
+        if portal.result is None and isinstance(ps.stmt.tree, _RUN_TO_DESCRIBE):
             portal.result = await self._run_statement(ps.fresh(), portal.params)
         if portal.result is not None:
             columns = portal.result.columns if portal.result.copy_out is None else None
@@ -789,7 +770,6 @@ class Connection:
             self.out += m.EMPTY_QUERY
             return
         if portal.result is None:
-            self._ran.append(ps)
             portal.result = await self._run_statement(ps.fresh(), portal.params)
         result = portal.result
         if not portal.sent_side_messages:

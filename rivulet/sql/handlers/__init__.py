@@ -46,7 +46,7 @@ _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Copy)
 
 
 async def dispatch(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    ast = stmt.ast
+    ast = stmt.tree  # read only: handlers take ``stmt.ast`` (their own copy) to rewrite it
     if isinstance(ast, exp.Pragma):
         raise sql_error(
             INSUFFICIENT_PRIVILEGE,
@@ -55,7 +55,7 @@ async def dispatch(session: Session, stmt: Statement, params: list[object]) -> S
         )
     if (
         session.in_transaction
-        and getattr(session, "transaction_read_only", False)
+        and session.transaction_read_only
         and isinstance(ast, (*_WRITES, exp.Create, exp.Drop, exp.Alter))
     ):
         raise sql_error(
@@ -80,7 +80,7 @@ def describe(
     """Parameter types and result columns of a statement without running it (pgwire
     Describe). Columns are None for statements that return no rows, or whose rows are
     only known by running them (SHOW, EXPLAIN): describe those after binding instead."""
-    ast = stmt.ast.copy()
+    ast = stmt.tree.copy()
     if isinstance(ast, exp.Query):
         return query.describe_query(session, ast, param_types)
     plan = None

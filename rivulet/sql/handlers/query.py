@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import warnings
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -12,6 +15,9 @@ from rivulet.common.types import DataType
 from rivulet.sql.binder import Binder, BoundQuery
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, StatementResult
+
+# The rest of a large result is fetched as Arrow after its first rows were read as values.
+warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
 
 if TYPE_CHECKING:
     import duckdb
@@ -31,24 +37,110 @@ def check_param_count(bound: BoundQuery, params: list[object]) -> None:
         )
 
 
+# Results up to this many rows are fetched as Python values and turned into Arrow here:
+# DuckDB's Arrow export has a fixed cost that dominates tiny results (``SELECT 1``).
+_SMALL_RESULT = 64
+
+_SIMPLE_ARROW_TYPES: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(),
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "UTINYINT": pa.uint8(),
+    "USMALLINT": pa.uint16(),
+    "UINTEGER": pa.uint32(),
+    "UBIGINT": pa.uint64(),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "VARCHAR": pa.string(),
+    "BLOB": pa.binary(),
+    "DATE": pa.date32(),
+    "TIME": pa.time64("us"),
+    "TIMESTAMP": pa.timestamp("us"),
+    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
+}
+
+
+def _arrow_type(duckdb_type: str) -> pa.DataType | None:
+    """The Arrow type of a result column when Python values convert to it exactly."""
+    t = _SIMPLE_ARROW_TYPES.get(duckdb_type)
+    if t is not None:
+        return t
+    if duckdb_type.startswith("DECIMAL("):
+        width, scale = duckdb_type[8:-1].split(",")
+        return pa.decimal128(int(width), int(scale))
+    return None
+
+
+class PreparedCache(threading.local):
+    """DuckDB prepared statements of this thread's cursor, by SQL text (LRU).
+
+    Planning costs DuckDB a few hundred microseconds even for ``SELECT 1``; a query run
+    again (health checks, dashboards, pollers) skips it. Only parameterless statements:
+    DuckDB's EXECUTE takes no bound parameters.
+    """
+
+    size = 128
+
+    def __init__(self) -> None:
+        self.cursor: duckdb.DuckDBPyConnection | None = None
+        self.names: OrderedDict[str, str] = OrderedDict()
+        self.counter = 0
+
+    def execute(self, cur: duckdb.DuckDBPyConnection, sql: str) -> None:
+        if cur is not self.cursor:
+            self.cursor, self.names = cur, OrderedDict()
+        name = self.names.get(sql)
+        if name is None:
+            self.counter += 1
+            name = f"rw_prepared_{self.counter}"
+            cur.execute(f"PREPARE {name} AS {sql}")
+            self.names[sql] = name
+            if len(self.names) > self.size:
+                _, old = self.names.popitem(last=False)
+                cur.execute(f"DEALLOCATE {old}")
+        else:
+            self.names.move_to_end(sql)
+        cur.execute(f"EXECUTE {name}")
+
+
+_prepared = PreparedCache()
+
+
 def run_bound(
-    cur: duckdb.DuckDBPyConnection, sql: str, params: list[object]
+    cur: duckdb.DuckDBPyConnection, sql: str, params: list[object], *, prepare: bool = False
 ) -> tuple[pa.Table, list[Column]]:
-    """Execute bound SQL; the rows as Arrow and the columns as clients see them."""
-    relation = cur.sql(sql, params=params or None)
-    if relation is None:
+    """Execute bound SQL; the rows as Arrow and the columns as clients see them.
+    ``prepare``: keep DuckDB's plan for the next run of the same text."""
+    if prepare and not params:
+        _prepared.execute(cur, sql)
+    else:
+        cur.execute(sql, params or None)
+    description = cur.description
+    if description is None:
         return pa.table({}), []
-    columns = [
-        Column(name, DataType.from_duckdb(str(t)))
-        for name, t in zip(relation.columns, relation.types)
-    ]
-    return relation.to_arrow_table(), columns
+    names = [d[0] for d in description]
+    type_names = [str(d[1]) for d in description]
+    columns = [Column(n, DataType.from_duckdb(t)) for n, t in zip(names, type_names)]
+    arrow_types = [_arrow_type(t) for t in type_names]
+    if any(t is None for t in arrow_types):
+        return cur.to_arrow_table(), columns
+    head = cur.fetchmany(_SMALL_RESULT)
+    arrays = [pa.array([row[i] for row in head], type=t) for i, t in enumerate(arrow_types)]
+    table = pa.Table.from_arrays(arrays, names=names)
+    if len(head) < _SMALL_RESULT:
+        return table, columns
+    rest = cur.to_arrow_table()
+    return pa.concat_tables([table, rest.cast(table.schema)]), columns
 
 
 async def handle_query(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     bound = session.bind_query(stmt)
     check_param_count(bound, params)
-    rows, columns = await session.run_query(lambda cur: run_bound(cur, bound.sql, params))
+    rows, columns = await session.run_query(
+        lambda cur: run_bound(cur, bound.sql, params, prepare=True)
+    )
     return StatementResult(
         tag=f"SELECT {rows.num_rows}", columns=columns, rows=rows, rowcount=rows.num_rows
     )
