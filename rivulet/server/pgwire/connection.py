@@ -16,7 +16,6 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
@@ -42,7 +41,6 @@ from rivulet.server.pgwire import codec
 from rivulet.server.pgwire import messages as m
 from rivulet.server.pgwire.auth import MECHANISM, AuthFailed, ScramExchange
 from rivulet.sql import dialect
-from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.handlers import describe
 from rivulet.sql.handlers.copy import CopyLoader
 from rivulet.sql.parser import Statement
@@ -565,8 +563,6 @@ class Connection:
                         await loader.feed(body)
                     except Error as exc:
                         failure = exc
-                    except duckdb.Error as exc:
-                        failure = translate(exc)
                     except Exception as exc:
                         log.exception("COPY data failed")
                         failure = _internal(exc)
@@ -591,8 +587,6 @@ class Connection:
                 count = await loader.finish()
             except Error as exc:
                 failure = exc
-            except duckdb.Error as exc:
-                failure = translate(exc)
             except Exception as exc:
                 log.exception("COPY failed")
                 failure = _internal(exc)

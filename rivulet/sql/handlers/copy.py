@@ -12,6 +12,7 @@ import io
 import itertools
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -27,14 +28,13 @@ from rivulet.common.errors import (
 from rivulet.common.types import arrow_type_of
 from rivulet.meta.catalog import TableCatalog
 from rivulet.sql.binder import Binder, position_of
+from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.handlers.dml import _target_columns, insert_rows, resolve_target
 from rivulet.sql.handlers.query import run_bound
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import CopyInRequest, StatementResult
 
 if TYPE_CHECKING:
-    import duckdb
-
     from rivulet.sql.session import Session
 
 # Parse the incoming text format in pieces of about this size (at line boundaries).
@@ -195,7 +195,16 @@ class CopyLoader:
             raise sql_error(BAD_COPY_FILE_FORMAT, f"bad COPY data: {text}") from None
         if not csv:
             raw = _unescape_text_format(raw)
-        shaped = await self.session.run_query(lambda cur: self._shape(cur, raw))
+        try:
+            shaped = await self.session.run_query(lambda cur: self._shape(cur, raw))
+        except duckdb.Error as exc:
+            error = translate(exc)
+            error.detail = (
+                f"COPY {self.table.name}, in the rows after line {self._line}"
+                if error.detail is None
+                else error.detail
+            )
+            raise error from None
         self._batches.append(shaped)
         self._line += raw.num_rows
 

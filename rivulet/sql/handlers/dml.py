@@ -134,6 +134,11 @@ def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
     if source is None:
         raise sql_error(SYNTAX_ERROR, "INSERT needs VALUES or a query")
     if isinstance(source, exp.Values):
+        explicit = isinstance(ast.this, exp.Schema)
+        width = len(source.expressions[0].expressions) if source.expressions else 0
+        if not explicit and width < len(targets):
+            # Without a column list, PostgreSQL fills the trailing columns with NULL.
+            targets = targets[:width]
         # PostgreSQL coerces each VALUES item to its target column's type.
         for row in source.expressions:
             items = row.expressions
@@ -176,6 +181,8 @@ async def handle_insert(session: Session, stmt: Statement, params: list[object])
     src = await session.run_query(
         lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table()
     )
+    if not isinstance(ast.this, exp.Schema) and src.num_columns < len(plan.targets):
+        plan.targets = plan.targets[: src.num_columns]  # trailing columns get NULL
     if src.num_columns != len(plan.targets):
         raise _width_error(src.num_columns, len(plan.targets), ast)
     rows = await session.run_query(lambda cur: _shape_rows(cur, plan.table, plan.targets, src))
