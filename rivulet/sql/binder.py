@@ -40,6 +40,7 @@ from rivulet.sql.functions import (
     SESSION_NODE_NAMES,
     function_name,
 )
+from rivulet.sql.scope import names_a_cte
 from rivulet.sql.system_catalog import (
     MACRO_NAMES,
     SYS_SCHEMA,
@@ -230,7 +231,7 @@ class Binder:
                     position=position_of(inner),
                 )
             return
-        if not table.db and not table.catalog and table.name in ctes and _cte_in_scope(table):
+        if not table.db and not table.catalog and table.name in ctes and names_a_cte(table):
             return
         if not isinstance(inner, exp.Identifier):
             raise sql_error(
@@ -539,21 +540,6 @@ def _bytea_literal(node: exp.Cast) -> exp.Expression | None:
                 raise sql_error("22P02", "invalid input syntax for type bytea")
         data = bytes(out)
     return exp.Anonymous(this="unhex", expressions=[exp.Literal.string(data.hex())])
-
-
-def _cte_in_scope(table: exp.Table) -> bool:
-    """Whether a WITH clause enclosing ``table`` defines a CTE of its name. A CTE named
-    elsewhere in the statement must not hide a reference from the binder: DuckDB would
-    resolve it against its own catalog (``duckdb_tables``, ``pg_settings``...)."""
-    node = table.parent
-    while node is not None:
-        with_ = node.args.get("with_")
-        if isinstance(with_, exp.With) and any(
-            cte.alias_or_name == table.name for cte in with_.expressions
-        ):
-            return True
-        node = node.parent
-    return False
 
 
 def _first_start(node: exp.Expression) -> int:

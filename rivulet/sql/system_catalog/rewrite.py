@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from rivulet.common.errors import UNDEFINED_FUNCTION, sql_error
+from rivulet.sql.scope import names_a_cte
 from rivulet.sql.system_catalog.base import SYS_SCHEMA
 
 if TYPE_CHECKING:
@@ -267,7 +268,7 @@ def _inline_session_relations(ast: exp.Expression, ctx: BindContext) -> None:
             or not isinstance(table.this, exp.Identifier)
             or table.args.get("catalog") is not None
             or (table.db and table.db != "pg_catalog")
-            or (not table.db and _names_a_cte(table))
+            or (not table.db and names_a_cte(table))
         ):
             continue
         sql = session_relation_sql(name, ctx)
@@ -276,18 +277,6 @@ def _inline_session_relations(ast: exp.Expression, ctx: BindContext) -> None:
         sub = sqlglot.parse_one(sql, dialect="duckdb").subquery()
         sub.set("alias", table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name)))
         table.replace(sub)
-
-
-def _names_a_cte(table: exp.Table) -> bool:
-    node = table.parent
-    while node is not None:
-        with_ = node.args.get("with_")
-        if isinstance(with_, exp.With) and any(
-            cte.alias_or_name == table.name for cte in with_.expressions
-        ):
-            return True
-        node = node.parent
-    return False
 
 
 def _dynamic_setting(args: list[exp.Expression], ctx: BindContext) -> exp.Expression:
