@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from functools import partial
 
 import duckdb
+import pyarrow as pa
 
 from rivulet.common.errors import INTERNAL_ERROR, sql_error
 from rivulet.meta.catalog import CatalogChange
@@ -22,6 +23,9 @@ from rivulet.storage.state_store import StateStore
 from rivulet.stream.runtime import StreamRuntime
 
 log = logging.getLogger(__name__)
+
+# An epoch that wrote at least this many rows returns Arrow's freed memory after commit.
+_RELEASE_AFTER_ROWS = 100_000
 
 
 class BarrierManager:
@@ -73,6 +77,9 @@ class BarrierManager:
             self._last_epoch = epoch
             for state, _ in sealed:
                 state.committed(epoch)
+            if sum(len(memtable) for _, memtable in sealed) >= _RELEASE_AFTER_ROWS:
+                # Arrow's allocator keeps freed blocks; give a large epoch's back to the OS.
+                pa.default_memory_pool().release_unused()
             if change is not None:
                 change.committed()
             return epoch
