@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -90,14 +91,17 @@ def bench_copy(port: int, rows: int) -> float:
     return rows / elapsed
 
 
-def bench_ping(port: int, n: int) -> tuple[float, float]:
+def bench_latency(
+    port: int, n: int, sql: str, params: Callable[[int], tuple[object, ...]] | None = None
+) -> tuple[float, float]:
+    """p50 and p99 round trip of one statement, in ms."""
     with psycopg.connect(conninfo(port), autocommit=True) as con:
-        for _ in range(200):
-            con.execute("SELECT 1").fetchone()
+        for i in range(min(200, n)):
+            con.execute(sql, params(i) if params else None).fetchone()
         times = []
-        for _ in range(n):
+        for i in range(n):
             t = time.perf_counter()
-            con.execute("SELECT 1").fetchone()
+            con.execute(sql, params(i) if params else None).fetchone()
             times.append(time.perf_counter() - t)
     times.sort()
     return statistics.median(times) * 1000, times[int(len(times) * 0.99)] * 1000
@@ -129,7 +133,13 @@ def main() -> None:
         try:
             copy_rate = bench_copy(port, args.rows)
             rss, peak = rss_mib(server.pid)
-            p50, p99 = bench_ping(port, args.pings)
+            p50, p99 = bench_latency(port, args.pings, "SELECT 1")
+            pk50, pk99 = bench_latency(
+                port,
+                args.pings // 5,
+                "SELECT * FROM bids WHERE id = %s",
+                lambda i: ((i * 7919) % args.rows,),
+            )
         finally:
             server.terminate()
             server.wait(30)
@@ -142,6 +152,8 @@ def main() -> None:
          f"{insert_rate:,.0f} rows/s", "-", None),
         ("SELECT 1 round trip, psycopg (p50)", f"{p50:.3f} ms", "< 1 ms", p50 < 1.0),
         ("SELECT 1 round trip, psycopg (p99)", f"{p99:.3f} ms", "-", None),
+        (f"SELECT by primary key of {args.rows:,} rows (p50)", f"{pk50:.3f} ms", "-", None),
+        (f"SELECT by primary key of {args.rows:,} rows (p99)", f"{pk99:.3f} ms", "-", None),
         (f"server RSS after loading {args.rows:,} rows (on disk)",
          f"{rss:.0f} MiB (peak {peak:.0f})", "< 500 MiB", rss < 500),
     ]  # fmt: skip
