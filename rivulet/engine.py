@@ -11,44 +11,81 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import duckdb
+
+from rivulet.common.errors import Error
 from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog
+from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
-from rivulet.storage.state_store import StateStore, StoreOptions
-from rivulet.stream.runtime import StreamRuntime
+from rivulet.storage.state_store import META_SCHEMA, StateStore, StoreOptions
+from rivulet.stream.runtime import RunningJob, StreamRuntime
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """How an engine runs. ``workers``/``slots``: the compute layout (default: one worker
+    with a slot per core). ``deterministic``: no timer barriers and no worker threads, so
+    that a test's interleaving replays exactly."""
+
+    store: StoreOptions = field(default_factory=StoreOptions)
+    query_threads: int | None = None
+    workers: int | None = None
+    slots: int | None = None
+    barrier_interval_ms: int = 1000
+    deterministic: bool = False
+
+
+class EngineServices:
+    """What the stream runtime uses of the engine (``StreamServices``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.store = engine.store
+        self.barrier_sink = engine.barrier
+        self._engine = engine
+
+    async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        return await self._engine.run_blocking(fn)
+
+    async def wait_committed(self, epoch: int) -> int:
+        return await self._engine.barrier.wait_committed(epoch)
+
+
 class Engine:
     def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        options: StoreOptions | None = None,
-        query_threads: int | None = None,
+        self, path: str | os.PathLike[str] | None = None, options: EngineOptions | None = None
     ) -> None:
         self.path = path
-        self.store = StateStore(path, options or StoreOptions())
+        self.options = options = options or EngineOptions()
+        self.store = StateStore(path, options.store)
         try:
             self.catalog = Catalog(self.store)
             self.system = SystemCatalog()
             self.store.run_setup(self.system.setup_sql())
+            self.cluster = Cluster(self.store, workers=options.workers, slots=options.slots)
             self.store.lock_configuration()
-            self.runtime = StreamRuntime()
             self._commit_executor = ThreadPoolExecutor(1, thread_name_prefix="rivulet-commit")
-            threads = query_threads or max(4, 2 * (os.cpu_count() or 2))
+            threads = options.query_threads or max(4, 2 * (os.cpu_count() or 2))
             self._query_executor = ThreadPoolExecutor(threads, thread_name_prefix="rivulet-query")
-            self.barrier = BarrierManager(self.store, self.runtime, self._commit_executor)
-            self.ddl = DdlController(self.catalog, self.runtime, self.barrier)
-            self.ddl.start_existing()
+            self.barrier = BarrierManager(
+                self.store,
+                self._commit_executor,
+                interval_ms=options.barrier_interval_ms,
+                periodic=not options.deterministic,
+            )
+            self.runtime = StreamRuntime(EngineServices(self))
+            self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
+            self.barrier.on_failure = self._rebuild_dataflow
             self.frontend = FrontendContext(
                 store=self.store,
                 catalog=self.catalog,
@@ -62,16 +99,46 @@ class Engine:
             self.store.close()
             raise
         self.closed = False
+        self.started = False
+
+    async def start(self) -> None:
+        """Start the barrier manager and the jobs in the catalog (on the running loop)."""
+        if self.started:
+            return
+        self.started = True
+        self.barrier.start()
+        jobs = self.ddl.start_existing()
+        self.store.run_setup(restored_graph_sql(jobs))
+        for job in jobs:
+            self.runtime.start_job(job)
+
+    def _rebuild_dataflow(self, error: Error) -> None:
+        """After a failure: drop every actor and rebuild the jobs of the catalog from the
+        last committed checkpoint. Synchronous, so no statement sees it half done."""
+        self.runtime.abort_all()
+        for job in self.ddl.start_existing():
+            self.runtime.start_job(job)
+
+    async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        """``fn(cursor)`` off the event loop with this thread's cursor (inline when
+        deterministic)."""
+        if self.options.deterministic:
+            return fn(self.store.cursor())
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._query_executor, lambda: fn(self.store.cursor()))
 
     def new_session(self, user: str = "root", database: str = "dev") -> Session:
         return Session(self.frontend, user=user, database=database)
 
     async def shutdown(self) -> None:
-        """Commit what is pending, then release everything."""
+        """Commit what is pending, stop the jobs, then release everything."""
         if self.closed:
             return
-        with contextlib.suppress(Exception):
-            await self.barrier.flush()
+        if self.started:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.barrier.flush(), 30)
+            await self.runtime.shutdown()
+            await self.barrier.stop()
         self.close()
 
     def close(self) -> None:
@@ -86,6 +153,21 @@ class Engine:
         self.store.close()
 
 
+def restored_graph_sql(jobs: list[RunningJob]) -> list[tuple[str, list[object]]]:
+    """Fragments and actors of jobs rebuilt at start replace the stored ones."""
+    from rivulet.meta.catalog import CatalogChange
+    from rivulet.meta.fragments import persist_graph
+
+    change = CatalogChange()
+    for job in jobs:
+        persist_graph(job.graph, {a: 1 for a in job.actors}, change)
+    clear: list[tuple[str, list[object]]] = [
+        (f"DELETE FROM {META_SCHEMA}.actors", []),
+        (f"DELETE FROM {META_SCHEMA}.fragments", []),
+    ]
+    return clear + change.statements
+
+
 class EngineThread:
     """Runs an engine's event loop in a daemon thread, for the synchronous API."""
 
@@ -94,6 +176,7 @@ class EngineThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="rivulet-engine", daemon=True)
         self._thread.start()
+        self.run(engine.start())
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, sql_error
 
 # Unconstrained NUMERIC is stored as DECIMAL with this width and scale; its text output is
@@ -216,31 +218,54 @@ def column_type_from_sql(kind: object) -> DataType:
     )
 
 
-def arrow_type_of(dtype: DataType) -> object:
-    """The Arrow type DuckDB uses for a stored column of this type."""
-    import pyarrow as pa
+_ARROW_BY_DUCKDB: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(),
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "HUGEINT": pa.decimal128(38, 0),
+    "UTINYINT": pa.uint8(),
+    "USMALLINT": pa.uint16(),
+    "UINTEGER": pa.uint32(),
+    "UBIGINT": pa.uint64(),
+    "UHUGEINT": pa.decimal128(38, 0),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "VARCHAR": pa.string(),
+    "JSON": pa.string(),
+    "UUID": pa.string(),
+    "BLOB": pa.binary(),
+    "BIT": pa.binary(),
+    "DATE": pa.date32(),
+    "TIME": pa.time64("us"),
+    "TIMESTAMP": pa.timestamp("us"),
+    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
+    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
+    "INTERVAL": pa.month_day_nano_interval(),
+}
 
-    simple = {
-        "boolean": pa.bool_(),
-        "smallint": pa.int16(),
-        "integer": pa.int32(),
-        "bigint": pa.int64(),
-        "real": pa.float32(),
-        "double precision": pa.float64(),
-        "character varying": pa.string(),
-        "text": pa.string(),
-        "date": pa.date32(),
-        "time without time zone": pa.time64("us"),
-        "timestamp without time zone": pa.timestamp("us"),
-        "timestamp with time zone": pa.timestamp("us", tz="UTC"),
-        "interval": pa.month_day_nano_interval(),
-        "jsonb": pa.string(),
-        "bytea": pa.binary(),
-    }
-    if dtype.name in simple:
-        return simple[dtype.name]
-    if dtype.name == "numeric":
-        return pa.decimal128(
-            dtype.precision or NUMERIC_WIDTH, dtype.scale if dtype.precision else NUMERIC_SCALE
-        )
-    raise TypeError(f"no Arrow type for {dtype.name}")
+
+def arrow_type_for_duckdb(type_name: str) -> pa.DataType | None:
+    """The Arrow type DuckDB exports a column of this DuckDB type as (None: not known)."""
+    t = str(type_name).upper()
+    found = _ARROW_BY_DUCKDB.get(t)
+    if found is not None:
+        return found
+    m = _DECIMAL_RE.fullmatch(t)
+    if m:
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    if t.endswith("[]"):
+        inner = arrow_type_for_duckdb(t[:-2])
+        return pa.list_(pa.field("l", inner)) if inner is not None else None
+    if t.startswith(("VARCHAR(", "CHAR(")):
+        return pa.string()
+    return None
+
+
+def arrow_type_of(dtype: DataType) -> pa.DataType:
+    """The Arrow type of a column of this type, as DuckDB returns it."""
+    found = arrow_type_for_duckdb(dtype.duckdb)
+    if found is None:
+        raise TypeError(f"no Arrow type for {dtype.duckdb}")
+    return found

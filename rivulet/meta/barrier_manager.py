@@ -1,26 +1,32 @@
 """The barrier manager: cuts time into epochs and commits each as one checkpoint.
 
-A checkpoint seals every writer's running epoch (taking each writer's lock, so that no
-chunk is split across epochs), then commits the sealed writes and any catalog change in
-one DuckDB transaction on the commit thread. Statements wait on ``flush`` for their
-writes to become visible; concurrent statements share one commit.
+Every ``barrier_interval_ms`` (and at once when a statement asks, e.g. a DML statement or
+FLUSH waiting for its writes) it injects a barrier into every source actor's inbox. The
+barrier flows through the dataflow; each actor reports it collected once it has passed it
+and sealed its state. When every actor has collected epoch ``e``, the sealed writes of ``e``
+and any catalog change attached to ``e`` are committed in one DuckDB transaction on the
+commit thread, epochs strictly in order. Actors go on with ``e + 1`` meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass, field
 from functools import partial
 
 import duckdb
 import pyarrow as pa
 
-from rivulet.common.errors import INTERNAL_ERROR, sql_error
+from rivulet.common.errors import INTERNAL_ERROR, Error, sql_error
 from rivulet.meta.catalog import CatalogChange
 from rivulet.storage.state_store import StateStore
-from rivulet.stream.runtime import StreamRuntime
+from rivulet.storage.state_table import MemTable, StateTable
+from rivulet.stream.executors.dml import Inbox
+from rivulet.stream.message import Barrier, Mutation
 
 log = logging.getLogger(__name__)
 
@@ -28,70 +34,225 @@ log = logging.getLogger(__name__)
 _RELEASE_AFTER_ROWS = 100_000
 
 
+@dataclass
+class _Epoch:
+    epoch: int
+    expected: set[int]
+    sealed: list[tuple[StateTable, MemTable]] = field(default_factory=list)
+    changes: list[CatalogChange] = field(default_factory=list)
+    collected: asyncio.Event = field(default_factory=asyncio.Event)
+    committed: asyncio.Future[int] | None = None
+
+
 class BarrierManager:
     def __init__(
-        self, store: StateStore, runtime: StreamRuntime, commit_executor: Executor
+        self,
+        store: StateStore,
+        commit_executor: Executor,
+        *,
+        interval_ms: int = 1000,
+        periodic: bool = True,
     ) -> None:
         self.store = store
-        self.runtime = runtime
         self._executor = commit_executor
-        self._lock = asyncio.Lock()
-        self._last_epoch = store.committed_epoch
-        # Bumped when a commit fails and uncommitted writes are discarded: a statement
-        # that wrote before the bump must not report success.
+        self.interval_ms = interval_ms
+        self.periodic = periodic
+        self._inboxes: dict[int, Inbox] = {}
+        self._actors: set[int] = set()
+        self._inflight: dict[int, _Epoch] = {}
+        self._last_injected = store.committed_epoch
+        self._committed = store.committed_epoch
+        self._waiters: dict[int, list[asyncio.Future[int]]] = {}
+        # The next epoch to commit (epochs lost to a failure are skipped, never reused).
+        self._commit_next = store.committed_epoch + 1
+        self._tasks: list[asyncio.Task[None]] = []
+        # Rebuilds the dataflow from the last committed checkpoint (set by the engine).
+        self.on_failure: Callable[[Error], None] | None = None
+        self.recoveries = 0
+        self._commit_wakeup: asyncio.Event | None = None
+        # Bumped when a commit fails: a statement that wrote before must not succeed.
         self.failures = 0
 
+    # ----------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._commit_wakeup = asyncio.Event()
+        self._tasks.append(loop.create_task(self._commit_loop(), name="barrier-commit"))
+        if self.periodic:
+            self._tasks.append(loop.create_task(self._tick_loop(), name="barrier-tick"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_ms / 1000)
+            if self._actors:
+                self.inject()
+
+    # -------------------------------------------------------------- actors
     @property
     def committed_epoch(self) -> int:
-        return self.store.committed_epoch
+        return self._committed
 
-    async def checkpoint(self, change: CatalogChange | None = None) -> int:
-        """Commit everything written so far (and ``change``) as one epoch."""
-        async with self._lock:
-            epoch = self._last_epoch + 1
-            sealed = []
-            for writer in self.runtime.writers():
-                async with writer.lock:
-                    memtable = writer.state.seal(epoch)
-                if memtable is not None:
-                    sealed.append((writer.state, memtable))
-            if not sealed and change is None:
-                return self.store.committed_epoch
-            writes: list[Callable[[duckdb.DuckDBPyConnection], None]] = [
-                partial(state.flush, memtable) for state, memtable in sealed
-            ]
-            if change is not None:
-                writes.append(change.write)
-            loop = asyncio.get_running_loop()
+    @property
+    def write_epoch(self) -> int:
+        """The epoch that a write placed in an inbox now belongs to."""
+        return self._last_injected + 1
+
+    def register_actor(self, actor_id: int, inbox: Inbox | None = None) -> None:
+        """An actor that will collect every barrier from the next one on; source actors
+        (no upstream actor) also get barriers put in their inbox."""
+        self._actors.add(actor_id)
+        if inbox is not None:
+            self._inboxes[actor_id] = inbox
+
+    def unregister_actor(self, actor_id: int) -> None:
+        self._actors.discard(actor_id)
+        self._inboxes.pop(actor_id, None)
+
+    # ------------------------------------------------------------- barriers
+    def inject(
+        self, *, mutation: Mutation | None = None, change: CatalogChange | None = None
+    ) -> int:
+        """Send a checkpoint barrier now; returns its epoch."""
+        epoch = self._last_injected + 1
+        self._last_injected = epoch
+        state = _Epoch(epoch, set(self._actors))
+        state.committed = asyncio.get_running_loop().create_future()
+        if change is not None:
+            state.changes.append(change)
+        self._inflight[epoch] = state
+        barrier = Barrier(epoch, True, mutation)
+        for inbox in self._inboxes.values():
+            inbox.put(barrier)
+        if not state.expected:
+            state.collected.set()
+            self._wake_commit()
+        return epoch
+
+    def collect(self, actor_id: int, barrier: Barrier) -> None:
+        state = self._inflight.get(barrier.epoch)
+        if state is None:
+            return
+        state.expected.discard(actor_id)
+        if barrier.stops(actor_id):
+            self.unregister_actor(actor_id)
+        if not state.expected:
+            state.collected.set()
+            self._wake_commit()
+
+    def report_sealed(self, epoch: int, table: StateTable, memtable: MemTable) -> None:
+        state = self._inflight.get(epoch)
+        if state is not None:
+            state.sealed.append((table, memtable))
+
+    def actor_failed(self, actor_id: int, error: BaseException) -> None:
+        if actor_id not in self._actors:
+            return  # an actor of a dataflow already torn down
+        message = f"actor {actor_id} failed: {type(error).__name__}: {error}"
+        self.recover(sql_error(INTERNAL_ERROR, message))
+
+    # --------------------------------------------------------------- commits
+    def _wake_commit(self) -> None:
+        if self._commit_wakeup is not None:
+            self._commit_wakeup.set()
+
+    async def _commit_loop(self) -> None:
+        assert self._commit_wakeup is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            nxt = self._inflight.get(self._commit_next)
+            if nxt is None or not nxt.collected.is_set():
+                self._commit_wakeup.clear()
+                await self._commit_wakeup.wait()
+                continue
             try:
-                await loop.run_in_executor(self._executor, self.store.commit_epoch, epoch, writes)
+                await self._commit(nxt, loop)
             except Exception as exc:
-                self.failures += 1
-                self.runtime.discard_uncommitted()
-                log.exception("checkpoint of epoch %d failed", epoch)
-                if isinstance(exc, duckdb.Error) and change is not None:
-                    raise
-                raise sql_error(
-                    INTERNAL_ERROR, f"checkpoint of epoch {epoch} failed: {exc}"
-                ) from exc
-            self._last_epoch = epoch
-            for state, _ in sealed:
-                state.committed(epoch)
-            if sum(len(memtable) for _, memtable in sealed) >= _RELEASE_AFTER_ROWS:
-                # Arrow's allocator keeps freed blocks; give a large epoch's back to the OS.
-                pa.default_memory_pool().release_unused()
-            if change is not None:
-                change.committed()
-            return epoch
+                log.exception("checkpoint of epoch %d failed", nxt.epoch)
+                self.recover(
+                    sql_error(INTERNAL_ERROR, f"checkpoint of epoch {nxt.epoch} failed: {exc}")
+                )
+
+    async def _commit(self, state: _Epoch, loop: asyncio.AbstractEventLoop) -> None:
+        # Catalog changes create their state tables first and drop them last.
+        writes: list[Callable[[duckdb.DuckDBPyConnection], None]] = [
+            c.write_setup for c in state.changes
+        ]
+        writes += [partial(table.flush, memtable) for table, memtable in state.sealed]
+        writes += [c.write for c in state.changes]
+        if writes:
+            await loop.run_in_executor(self._executor, self.store.commit_epoch, state.epoch, writes)
+        for table, _ in state.sealed:
+            table.committed(state.epoch)
+        for change in state.changes:
+            change.committed()
+        self._committed = state.epoch
+        self._commit_next = state.epoch + 1
+        del self._inflight[state.epoch]
+        if sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS:
+            # Arrow's allocator keeps freed blocks; give a large epoch's back to the OS.
+            pa.default_memory_pool().release_unused()
+        assert state.committed is not None
+        state.committed.set_result(state.epoch)
+        for epoch in [e for e in self._waiters if e <= state.epoch]:
+            for fut in self._waiters.pop(epoch):
+                if not fut.done():
+                    fut.set_result(state.epoch)
+
+    # --------------------------------------------------------------- waiting
+    async def wait_committed(self, epoch: int) -> int:
+        """Return once epoch ``epoch`` is committed (raises if it was lost to a failure)."""
+        if epoch <= self._committed:
+            return self._committed
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(epoch, []).append(fut)
+        return await fut
+
+    async def commit_writes(self, epoch: int) -> int:
+        """Make writes placed in ``epoch`` visible now: inject its barrier unless it is
+        on its way, then wait for its commit."""
+        if self._last_injected < epoch:
+            self.inject()
+        return await self.wait_committed(epoch)
 
     async def flush(self) -> int:
         """Return once every write made before the call is committed and visible."""
-        failures = self.failures
-        epoch = await self.checkpoint()
-        if self.failures != failures:
-            raise sql_error(
-                INTERNAL_ERROR,
-                "writes were discarded because a checkpoint failed",
-                hint="Repeat the statement.",
-            )
-        return epoch
+        return await self.commit_writes(self.write_epoch)
+
+    async def checkpoint(
+        self, change: CatalogChange | None = None, mutation: Mutation | None = None
+    ) -> int:
+        """Commit ``change`` (and apply ``mutation``) with a barrier of its own."""
+        epoch = self.inject(mutation=mutation, change=change)
+        return await self.wait_committed(epoch)
+
+    # --------------------------------------------------------------- failure
+    def recover(self, error: Error) -> None:
+        """Something failed (an actor, a commit): every epoch not yet committed is lost.
+        Statements waiting on them get ``error``; the engine rebuilds the dataflow from
+        the last committed checkpoint (``on_failure``) and barriers go on from there."""
+        self.failures += 1
+        self.recoveries += 1
+        log.error("recovering from: %s", error.message)
+        lost = [e for e in self._waiters if e > self._committed]
+        for epoch in lost:
+            for fut in self._waiters.pop(epoch):
+                if not fut.done():
+                    fut.set_exception(error)
+        for state in self._inflight.values():
+            if state.committed is not None and not state.committed.done():
+                state.committed.set_exception(error)
+                state.committed.exception()  # retrieved: nobody may be waiting on it
+        self._inflight.clear()
+        self._commit_next = self._last_injected + 1
+        self._actors.clear()
+        self._inboxes.clear()
+        if self.on_failure is not None:
+            self.on_failure(error)

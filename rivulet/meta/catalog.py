@@ -54,6 +54,27 @@ class TableCatalog:
     owner: str = DEFAULT_USER
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     kind: str = "table"
+    # Relations this one reads (an MV's upstream tables and MVs).
+    dependencies: tuple[int, ...] = ()
+    append_only: bool = False
+    # The parallelism policy the job was created with (``adaptive`` or a number).
+    parallelism: str = "adaptive"
+    # A source: its connector and options (a table with a connector has them too).
+    connector: str | None = None
+    options: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def is_streaming_job(self) -> bool:
+        return self.kind in ("table", "materialized view")
+
+    def properties(self) -> dict[str, object]:
+        return {
+            "dependencies": list(self.dependencies),
+            "append_only": self.append_only,
+            "parallelism": self.parallelism,
+            "connector": self.connector,
+            "options": [list(kv) for kv in self.options],
+        }
 
     @property
     def visible_columns(self) -> list[ColumnCatalog]:
@@ -90,10 +111,17 @@ class TableCatalog:
 
 @dataclass
 class CatalogChange:
-    """Statements to run in the committing transaction, and what to do once committed."""
+    """Statements to run in the committing transaction, and what to do once committed.
+    ``setup`` runs before the epoch's state is written (creating state tables),
+    ``statements`` after it (dropping them, catalog rows)."""
 
     statements: list[tuple[str, list[object]]] = field(default_factory=list)
     on_commit: list[Callable[[], None]] = field(default_factory=list)
+    setup: list[tuple[str, list[object]]] = field(default_factory=list)
+
+    def write_setup(self, cursor: duckdb.DuckDBPyConnection) -> None:
+        for sql, params in self.setup:
+            cursor.execute(sql, params)
 
     def write(self, cursor: duckdb.DuckDBPyConnection) -> None:
         for sql, params in self.statements:
@@ -113,11 +141,22 @@ _META_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.columns (
         object_id INTEGER NOT NULL, position INTEGER NOT NULL, name VARCHAR NOT NULL,
         type_name VARCHAR NOT NULL, type_precision INTEGER, type_scale INTEGER,
-        not_null BOOLEAN NOT NULL, hidden BOOLEAN NOT NULL)""",
+        not_null BOOLEAN NOT NULL, hidden BOOLEAN NOT NULL, type_duckdb VARCHAR NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.schemas (
         id INTEGER PRIMARY KEY, name VARCHAR NOT NULL, owner VARCHAR NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.counters (
         name VARCHAR PRIMARY KEY, value BIGINT NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.fragments (
+        fragment_id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,
+        distribution_type VARCHAR NOT NULL, flags VARCHAR[] NOT NULL,
+        upstream_fragment_ids INTEGER[] NOT NULL, state_table_ids INTEGER[] NOT NULL,
+        dist_key INTEGER[] NOT NULL, plan VARCHAR NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.actors (
+        actor_id INTEGER PRIMARY KEY, fragment_id INTEGER NOT NULL, worker_id INTEGER NOT NULL,
+        vnode_count INTEGER NOT NULL, vnodes UTINYINT[] NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.workers (
+        id INTEGER PRIMARY KEY, host VARCHAR NOT NULL, port INTEGER NOT NULL,
+        slots INTEGER NOT NULL)""",
 ]
 
 
@@ -128,7 +167,7 @@ class Catalog:
         self.store = store
         self.tables: dict[int, TableCatalog] = {}
         self.schemas: dict[str, int] = {}
-        self._next_id = FIRST_OBJECT_ID
+        self._counters: dict[str, int] = {}
         # Bumped on every committed change; caches of bound statements key on it.
         self.version = 0
         store.run_setup(_META_DDL)
@@ -144,32 +183,32 @@ class Catalog:
             )
         for sid, name in cur.execute(f"SELECT id, name FROM {META_SCHEMA}.schemas").fetchall():
             self.schemas[name] = sid
-        row = cur.execute(
-            f"SELECT value FROM {META_SCHEMA}.counters WHERE name = 'next_object_id'"
-        ).fetchall()
-        row = row[0] if row else None
-        if row:
-            self._next_id = int(row[0])
+        for name, value in cur.execute(
+            f"SELECT name, value FROM {META_SCHEMA}.counters"
+        ).fetchall():
+            self._counters[name] = int(value)
         columns: dict[int, list[ColumnCatalog]] = {}
-        for oid, name, tname, prec, scale, nn, hidden in cur.execute(
-            f"SELECT object_id, name, type_name, type_precision, type_scale, not_null, hidden "
-            f"FROM {META_SCHEMA}.columns ORDER BY object_id, position"
+        for oid, name, tname, prec, scale, nn, hidden, tduck in cur.execute(
+            f"SELECT object_id, name, type_name, type_precision, type_scale, not_null, hidden, "
+            f"type_duckdb FROM {META_SCHEMA}.columns ORDER BY object_id, position"
         ).fetchall():
-            if tname == "numeric" and prec is not None:
-                dtype = DataType.numeric(prec, scale)
-            else:
-                found = type_from_name(tname)
-                assert found is not None, f"unknown stored type {tname}"
-                dtype = found
-            columns.setdefault(oid, []).append(ColumnCatalog(name, dtype, nn, hidden))
-        for oid, kind, schema, name, definition, owner, created, pk, dist in cur.execute(
-            f"SELECT id, kind, schema_name, name, definition, owner, created_at, pk, dist_key "
-            f"FROM {META_SCHEMA}.objects ORDER BY id"
+            columns.setdefault(oid, []).append(
+                ColumnCatalog(name, _stored_type(tname, prec, scale, tduck), nn, hidden)
+            )
+        for oid, kind, schema, name, definition, owner, created, pk, dist, props in cur.execute(
+            f"SELECT id, kind, schema_name, name, definition, owner, created_at, pk, dist_key, "
+            f"properties FROM {META_SCHEMA}.objects ORDER BY id"
         ).fetchall():
+            p = json.loads(props) if props else {}
             self.tables[oid] = TableCatalog(
                 id=oid, schema=schema, name=name, columns=tuple(columns.get(oid, ())),
                 pk=tuple(pk), dist_key=tuple(dist), definition=definition, owner=owner,
                 created_at=created, kind=kind,
+                dependencies=tuple(p.get("dependencies") or ()),
+                append_only=bool(p.get("append_only")),
+                parallelism=str(p.get("parallelism") or "adaptive"),
+                connector=p.get("connector"),
+                options=tuple(tuple(kv) for kv in p.get("options") or ()),
             )  # fmt: skip
 
     # ----------------------------------------------------------------- lookups
@@ -186,16 +225,26 @@ class Catalog:
         return self.get_table(schema, name) is not None
 
     def allocate_id(self, change: CatalogChange) -> int:
-        """Reserve an object id; persisted with the change, reused if it never commits."""
-        oid = self._next_id
-        self._next_id += 1
+        """Reserve an object id (objects and their state tables share this space)."""
+        return self.allocate("next_object_id", change, FIRST_OBJECT_ID)
+
+    def allocate(self, counter: str, change: CatalogChange, first: int = 1, n: int = 1) -> int:
+        """Reserve ``n`` consecutive ids of a counter; persisted with ``change``. Returns
+        the first. DDL runs one statement at a time, so ids a failed DDL reserved are
+        reused after ``discard_allocations``."""
+        start = self._counters.get(counter, first)
+        self._counters[counter] = start + n
         change.statements.append(
             (
-                f"INSERT OR REPLACE INTO {META_SCHEMA}.counters VALUES ('next_object_id', ?)",
-                [self._next_id],
+                f"INSERT OR REPLACE INTO {META_SCHEMA}.counters VALUES (?, ?)",
+                [counter, start + n],
             )
         )
-        return oid
+        return start
+
+    def dependents(self, oid: int) -> list[TableCatalog]:
+        """Relations that read ``oid`` directly."""
+        return [t for t in self.all_tables() if oid in t.dependencies]
 
     # ----------------------------------------------------------------- changes
     def add_table(self, table: TableCatalog, change: CatalogChange) -> None:
@@ -205,17 +254,17 @@ class Catalog:
                 [
                     table.id, table.kind, table.schema, table.name, table.definition,
                     table.owner, table.created_at, list(table.pk), list(table.dist_key),
-                    json.dumps({}),
+                    json.dumps(table.properties()),
                 ],
             )
         )  # fmt: skip
         for pos, col in enumerate(table.columns):
             change.statements.append(
                 (
-                    f"INSERT INTO {META_SCHEMA}.columns VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO {META_SCHEMA}.columns VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         table.id, pos, col.name, col.type.name, col.type.precision,
-                        col.type.scale, col.not_null, col.hidden,
+                        col.type.scale, col.not_null, col.hidden, col.type.duckdb,
                     ],
                 )
             )  # fmt: skip
@@ -243,11 +292,20 @@ class Catalog:
         self.version += 1
 
     def discard_allocations(self) -> None:
-        """After a failed commit: forget ids reserved by it (reload the counter)."""
-        rows = (
-            self.store.cursor()
-            .execute(f"SELECT value FROM {META_SCHEMA}.counters WHERE name = 'next_object_id'")
+        """After a failed commit: forget ids reserved by it (reload the counters)."""
+        self._counters = {
+            name: int(value)
+            for name, value in self.store.cursor()
+            .execute(f"SELECT name, value FROM {META_SCHEMA}.counters")
             .fetchall()
-        )
-        row = rows[0] if rows else None
-        self._next_id = int(row[0]) if row else FIRST_OBJECT_ID
+        }
+
+
+def _stored_type(name: str, precision: int | None, scale: int | None, duck: str) -> DataType:
+    """A column's type from its meta.columns row."""
+    if name == "numeric" and precision is not None and duck.startswith("DECIMAL"):
+        return DataType.numeric(precision, scale)
+    found = type_from_name(name)
+    if found is not None and found.duckdb == duck:
+        return found
+    return DataType.from_duckdb(duck)

@@ -1,77 +1,208 @@
-"""DDL: creating and dropping objects, atomically with an epoch.
+"""DDL: creating and dropping streaming jobs (tables, materialized views), atomically with
+an epoch.
 
-Each DDL builds one ``CatalogChange`` - the state table's DuckDB DDL and the catalog rows -
-and commits it through the barrier manager; the in-memory catalog and the stream runtime
-change only once that commit succeeded. DDL statements run one at a time.
+Creating a job: allocate ids, cut its plan into fragments, build its actors, and commit
+its catalog rows, fragments and state tables with the barrier that starts the actors (and,
+for an MV, attaches them to its upstream actors). Dropping: one barrier stops the job's
+actors (and those of the MVs dropped with CASCADE), and its commit removes their catalog
+rows and state tables. The in-memory catalog changes only once the commit succeeded. DDL
+statements run one at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+import contextlib
+from dataclasses import dataclass, replace
 
-from rivulet.common.errors import DUPLICATE_TABLE, UNDEFINED_TABLE, sql_error
+from rivulet.common.errors import (
+    DEPENDENT_OBJECTS_STILL_EXIST,
+    DUPLICATE_TABLE,
+    UNDEFINED_TABLE,
+    sql_error,
+)
 from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
-from rivulet.storage.state_table import StateTable
-from rivulet.stream.runtime import StreamRuntime
+from rivulet.meta.cluster import Cluster
+from rivulet.meta.fragmenter import fragment_job
+from rivulet.meta.fragments import delete_graph, persist_graph
+from rivulet.storage.state_table import StateTableSchema
+from rivulet.stream.executor import Field, Schema
+from rivulet.stream.message import StopActors
+from rivulet.stream.plan import DmlNode, MaterializeNode, PlanNode
+from rivulet.stream.runtime import RunningJob, StreamRuntime
+
+
+@dataclass
+class PlannedMaterializedView:
+    """What the planner hands over: the catalog entry (id 0) and the stream plan, whose
+    root is the MV's MaterializeNode."""
+
+    table: TableCatalog
+    root: PlanNode
+
+
+def table_plan(table: TableCatalog) -> PlanNode:
+    """A table's job: its DML inbox into a materialize with overwrite-on-conflict."""
+    schema = Schema(Field(c.name, c.type) for c in table.columns)
+    dml = DmlNode(schema, list(table.pk), table_id=table.id)
+    return MaterializeNode(
+        schema,
+        list(table.pk),
+        inputs=[dml],
+        table_id=table.id,
+        table_name=table.name,
+        conflict="overwrite",
+        state_schema=table.state_schema(),
+    )
 
 
 class DdlController:
-    def __init__(self, catalog: Catalog, runtime: StreamRuntime, barrier: BarrierManager) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        runtime: StreamRuntime,
+        barrier: BarrierManager,
+        cluster: Cluster,
+    ) -> None:
         self.catalog = catalog
         self.runtime = runtime
         self.barrier = barrier
+        self.cluster = cluster
         self.lock = asyncio.Lock()
 
-    def start_existing(self) -> None:
-        """At start: a writer for every table in the catalog."""
-        for table in self.catalog.all_tables():
-            if table.kind == "table":
-                self._start_table(table)
-
-    def _start_table(self, table: TableCatalog) -> None:
-        self.runtime.add_table(
-            table.id, StateTable(table.state_schema()), has_row_id=table.has_row_id
-        )
-
+    # ---------------------------------------------------------------- create
     async def create_table(self, table: TableCatalog, *, if_not_exists: bool = False) -> bool:
-        """Create a table; ``table.id`` is ignored and allocated here. Returns False when
-        it existed and ``if_not_exists`` was given."""
+        """Create a table (``table.id`` is allocated here). False when it existed and
+        ``if_not_exists`` was given."""
         async with self.lock:
             if self.catalog.name_taken(table.schema, table.name):
                 if if_not_exists:
                     return False
                 raise sql_error(DUPLICATE_TABLE, f'relation "{table.name}" already exists')
             change = CatalogChange()
-            oid = self.catalog.allocate_id(change)
-            table = replace(table, id=oid)
-            schema = table.state_schema()
-            change.statements.append((schema.create_sql(), []))
-            self.catalog.add_table(table, change)
-            change.on_commit.append(lambda: self._start_table(table))
-            try:
-                await self.barrier.checkpoint(change)
-            except BaseException:
-                self.catalog.discard_allocations()
-                raise
+            table = replace(table, id=self.catalog.allocate_id(change))
+            await self._create_job(table, table_plan(table), change)
             return True
 
-    async def drop_table(self, table: TableCatalog) -> None:
+    async def create_materialized_view(
+        self, planned: PlannedMaterializedView, *, if_not_exists: bool = False
+    ) -> bool:
+        async with self.lock:
+            table = planned.table
+            if self.catalog.name_taken(table.schema, table.name):
+                if if_not_exists:
+                    return False
+                raise sql_error(DUPLICATE_TABLE, f'relation "{table.name}" already exists')
+            change = CatalogChange()
+            table = replace(table, id=self.catalog.allocate_id(change))
+            root = planned.root
+            assert isinstance(root, MaterializeNode)
+            root.table_id = table.id
+            root.table_name = table.name
+            root.state_schema = table.state_schema()
+            epoch = await self._create_job(table, root, change)
+            # The MV's scans emit their snapshot in the epoch after the one that started
+            # them: once that epoch is committed, the MV holds its history.
+            await self.barrier.commit_writes(epoch + 1)
+            return True
+
+    async def _create_job(self, table: TableCatalog, root: PlanNode, change: CatalogChange) -> int:
+        parallelism = self.cluster.parallelism(table.parallelism)
+        try:
+            job = fragment_job(
+                root, table.id, parallelism, self.catalog, self.cluster, self.runtime, change
+            )
+            change.setup.append((table.state_schema().create_sql(), []))
+            for internal in job.internal_tables:
+                change.setup.append((internal.create_sql(), []))
+            self.catalog.add_table(table, change)
+            persist_graph(job.graph, job.workers, change)
+            running, mutation = self.runtime.build_job(job.graph)
+        except BaseException:
+            self.catalog.discard_allocations()
+            raise
+        self.runtime.start_job(running)
+        try:
+            return await self.barrier.checkpoint(change, mutation=mutation)
+        except BaseException:
+            await self._abandon(running)
+            self.catalog.discard_allocations()
+            raise
+
+    async def _abandon(self, running: RunningJob) -> None:
+        for actor in running.actors.values():
+            await actor.stop()
+        self.runtime.forget_job(running.graph.job_id)
+
+    def start_existing(self) -> list[RunningJob]:
+        """At start: build the jobs of the tables in the catalog (started by the caller)."""
+        jobs = []
+        for table in self.catalog.all_tables():
+            if table.kind == "table":
+                change = CatalogChange()  # ids of a restored job are not persisted again
+                job = fragment_job(
+                    table_plan(table), table.id, self.cluster.parallelism(table.parallelism),
+                    self.catalog, self.cluster, self.runtime, change,
+                )  # fmt: skip
+                running, _ = self.runtime.build_job(job.graph)
+                jobs.append(running)
+        return jobs
+
+    # ------------------------------------------------------------------ drop
+    async def drop(self, table: TableCatalog, *, cascade: bool = False) -> list[TableCatalog]:
+        """Drop a table or MV (and, with ``cascade``, everything reading it). Returns what
+        was dropped."""
         async with self.lock:
             if table.id not in self.catalog.tables:
-                raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-            writer = self.runtime.writer(table.id)
-            if writer is not None:
-                async with writer.lock:
-                    writer.dropped = True
+                raise sql_error(UNDEFINED_TABLE, f'relation "{table.name}" does not exist')
+            victims = self._with_dependents(table)
+            if len(victims) > 1 and not cascade:
+                names = ", ".join(f"{v.kind} {v.name}" for v in victims if v.id != table.id)
+                raise sql_error(
+                    DEPENDENT_OBJECTS_STILL_EXIST,
+                    f'cannot drop {table.kind} "{table.name}" because other objects depend on it',
+                    detail=f"{names} depends on {table.kind} {table.name}",
+                    hint="Use DROP ... CASCADE to drop the dependent objects too.",
+                )
             change = CatalogChange()
-            change.statements.append((table.state_schema().drop_sql(), []))
-            self.catalog.remove_table(table, change)
-            change.on_commit.append(lambda: self.runtime.remove_table(table.id))
-            try:
-                await self.barrier.checkpoint(change)
-            except BaseException:
-                if writer is not None:
-                    writer.dropped = False
-                raise
+            actors: set[int] = set()
+            for victim in victims:
+                job = self.runtime.jobs.get(victim.id)
+                if job is not None:
+                    actors.update(job.actors)
+                    delete_graph(job.graph, change)
+                    for f in job.graph.fragments:
+                        for tid in f.state_table_ids():
+                            if tid != victim.id:
+                                change.statements.append(
+                                    (StateTableSchema(tid, (), (), ()).drop_sql(), [])
+                                )
+                change.statements.append((victim.state_schema().drop_sql(), []))
+                self.catalog.remove_table(victim, change)
+            await self.barrier.checkpoint(change, mutation=StopActors(frozenset(actors)))
+            for victim in victims:
+                job = self.runtime.jobs.get(victim.id)
+                if job is not None:
+                    for actor in job.actors.values():
+                        if actor.task is not None:
+                            with contextlib.suppress(Exception):
+                                await asyncio.wait_for(asyncio.shield(actor.task), 5)
+                self.runtime.forget_job(victim.id)
+            return victims
+
+    def _with_dependents(self, table: TableCatalog) -> list[TableCatalog]:
+        """``table`` and everything that reads it, directly or not, dependents first."""
+        out: list[TableCatalog] = []
+        seen: set[int] = set()
+
+        def visit(t: TableCatalog) -> None:
+            if t.id in seen:
+                return
+            seen.add(t.id)
+            for d in self.catalog.dependents(t.id):
+                visit(d)
+            out.append(t)
+
+        visit(table)
+        return out

@@ -182,10 +182,13 @@ class StateStore:
         with contextlib.suppress(duckdb.Error):
             cursor.interrupt()
 
-    def run_setup(self, statements: Iterable[str]) -> None:
-        """Idempotent set-up DDL (schemas, macros, meta tables) at start."""
-        for sql in statements:
-            self._root.execute(sql)
+    def run_setup(self, statements: Iterable[str | tuple[str, list[object]]]) -> None:
+        """Set-up statements at start (schemas, macros, meta tables), with parameters."""
+        for stmt in statements:
+            if isinstance(stmt, str):
+                self._root.execute(stmt)
+            else:
+                self._root.execute(stmt[0], stmt[1])
 
     # ------------------------------------------------------------------ commit
     def commit_epoch(

@@ -1,32 +1,212 @@
-"""The stream runtime of this process: the table writers (and, later, the actors).
+"""The stream runtime of this process: builds, starts and stops the actors of jobs.
 
-The barrier manager walks it to seal every writer's epoch at a checkpoint.
+``build_job`` turns a job graph into actors wired by channels: one channel per pair of
+upstream and downstream actors an exchange connects, a dispatcher per downstream fragment
+on every upstream actor. A job that reads another job's output (an MV on a table) is
+attached to the upstream's running actors by an ``AddOutputs`` mutation, applied by the
+barrier that starts the job. DML reaches a table's actors through their inboxes.
 """
 
 from __future__ import annotations
 
-from rivulet.storage.state_table import StateTable
-from rivulet.stream.table_writer import TableWriter
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rivulet.common.chunk import StreamChunk
+from rivulet.common.vnode import VNODE_COUNT
+from rivulet.stream.actor import Actor
+from rivulet.stream.builder import LeafInputs, build_executor
+from rivulet.stream.exchange import (
+    BroadcastDispatcher,
+    Channel,
+    Dispatcher,
+    HashDispatcher,
+    Output,
+    SimpleDispatcher,
+    split_by_vnode,
+)
+from rivulet.stream.executor import ActorContext, StreamServices
+from rivulet.stream.executors.dml import Inbox
+from rivulet.stream.message import AddOutputs
+from rivulet.stream.plan import (
+    DmlNode,
+    ExchangeKind,
+    Fragment,
+    JobGraph,
+    SourceNode,
+    StreamScanNode,
+)
+
+
+@dataclass
+class RunningJob:
+    graph: JobGraph
+    actors: dict[int, Actor] = field(default_factory=dict)
+    # Inboxes of the actors at the job's sources (DML or connector), by actor id.
+    inboxes: dict[int, Inbox] = field(default_factory=dict)
+
+    def actors_of(self, fragment: Fragment) -> list[Actor]:
+        return [self.actors[a] for a in fragment.actor_ids]
 
 
 class StreamRuntime:
-    def __init__(self) -> None:
-        self._writers: dict[int, TableWriter] = {}
+    def __init__(self, services: StreamServices) -> None:
+        self.services = services
+        self.jobs: dict[int, RunningJob] = {}
+        self._dispatcher_ids = itertools.count(1)
 
-    def add_table(self, table_id: int, state: StateTable, *, has_row_id: bool) -> TableWriter:
-        writer = TableWriter(state, has_row_id=has_row_id)
-        self._writers[table_id] = writer
-        return writer
+    # ------------------------------------------------------------- building
+    def build_job(self, graph: JobGraph) -> tuple[RunningJob, AddOutputs | None]:
+        """Actors for ``graph`` (not started) and the mutation attaching them upstream."""
+        job = RunningJob(graph)
+        leaves: dict[int, LeafInputs] = {}
+        dispatchers: dict[int, list[Dispatcher]] = {}
+        for fragment in graph.fragments:
+            for actor_id in fragment.actor_ids:
+                leaves[actor_id] = LeafInputs(wait_committed=self._wait_committed)
+                dispatchers[actor_id] = []
+        upstream_outputs: dict[int, list[object]] = {}
+        for fragment in graph.fragments:
+            for upstream_id, kind, key in fragment.upstreams:
+                self._wire(graph.fragment(upstream_id), fragment, kind, key, leaves, dispatchers)
+            for node in fragment.leaves():
+                if isinstance(node, StreamScanNode):
+                    self._attach_scan(node, fragment, leaves, upstream_outputs)
+        for fragment in graph.fragments:
+            has_inbox = any(isinstance(n, DmlNode | SourceNode) for n in fragment.leaves())
+            for index, actor_id in enumerate(fragment.actor_ids):
+                ctx = ActorContext(
+                    actor_id=actor_id,
+                    fragment_id=fragment.fragment_id,
+                    job_id=graph.job_id,
+                    vnodes=_owned(fragment, index),
+                    services=self.services,
+                )
+                leaf = leaves[actor_id]
+                if has_inbox:
+                    leaf.inbox = Inbox()
+                    job.inboxes[actor_id] = leaf.inbox
+                root = build_executor(fragment.root, ctx, leaf)
+                job.actors[actor_id] = Actor(ctx, root, dispatchers[actor_id])
+        mutation = AddOutputs(upstream_outputs) if upstream_outputs else None
+        return job, mutation
 
-    def remove_table(self, table_id: int) -> None:
-        self._writers.pop(table_id, None)
+    def _wire(
+        self,
+        upstream: Fragment,
+        downstream: Fragment,
+        kind: ExchangeKind,
+        key: list[int],
+        leaves: dict[int, LeafInputs],
+        dispatchers: dict[int, list[Dispatcher]],
+    ) -> None:
+        """Channels and dispatchers of one exchange inside a job."""
+        for i, up in enumerate(upstream.actor_ids):
+            if kind is ExchangeKind.NO_SHUFFLE:
+                targets = [downstream.actor_ids[i]]
+            elif kind is ExchangeKind.SIMPLE:
+                targets = downstream.actor_ids[:1]
+            else:
+                targets = list(downstream.actor_ids)
+            outputs = []
+            for down in targets:
+                channel = Channel()
+                leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)
+                outputs.append(Output(down, channel))
+            dispatchers[up].append(self._dispatcher(kind, outputs, key, downstream))
 
-    def writer(self, table_id: int) -> TableWriter | None:
-        return self._writers.get(table_id)
+    def _dispatcher(
+        self, kind: ExchangeKind, outputs: list[Output], key: list[int], downstream: Fragment
+    ) -> Dispatcher:
+        did = next(self._dispatcher_ids)
+        if kind is ExchangeKind.HASH:
+            assert downstream.mapping is not None
+            return HashDispatcher(did, outputs, key, downstream.mapping)
+        if kind is ExchangeKind.BROADCAST:
+            return BroadcastDispatcher(did, outputs)
+        return SimpleDispatcher(did, outputs)
 
-    def writers(self) -> list[TableWriter]:
-        return list(self._writers.values())
+    def _attach_scan(
+        self,
+        node: StreamScanNode,
+        fragment: Fragment,
+        leaves: dict[int, LeafInputs],
+        upstream_outputs: dict[int, list[object]],
+    ) -> None:
+        """A scan reads its upstream job's materialize fragment 1:1 (no-shuffle)."""
+        upstream = self._fragment(node.upstream_fragment_id)
+        if len(upstream.actor_ids) != len(fragment.actor_ids):
+            raise ValueError("a scan fragment must mirror its upstream fragment's actors")
+        for up, down in zip(upstream.actor_ids, fragment.actor_ids):
+            channel = Channel()
+            leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)
+            upstream_outputs.setdefault(up, []).append(
+                SimpleDispatcher(next(self._dispatcher_ids), [Output(down, channel)])
+            )
 
-    def discard_uncommitted(self) -> None:
-        for w in self._writers.values():
-            w.state.discard_uncommitted()
+    def _fragment(self, fragment_id: int) -> Fragment:
+        for job in self.jobs.values():
+            for f in job.graph.fragments:
+                if f.fragment_id == fragment_id:
+                    return f
+        raise KeyError(f"fragment {fragment_id} is not running")
+
+    async def _wait_committed(self, epoch: int) -> int:
+        return await self.services.wait_committed(epoch)
+
+    # ------------------------------------------------------------ lifecycle
+    def start_job(self, job: RunningJob) -> None:
+        """Register the job's actors for the next barrier and start them."""
+        self.jobs[job.graph.job_id] = job
+        sink = self.services.barrier_sink
+        for actor_id, actor in job.actors.items():
+            sink.register_actor(actor_id, job.inboxes.get(actor_id))
+            actor.start()
+
+    def forget_job(self, job_id: int) -> None:
+        """Drop a job whose actors have stopped (after its StopActors barrier)."""
+        job = self.jobs.pop(job_id, None)
+        if job is not None:
+            for actor_id in job.actors:
+                self.services.barrier_sink.unregister_actor(actor_id)
+
+    def abort_all(self) -> None:
+        """Cancel every actor at once (recovery): their uncommitted state is dropped."""
+        for job in self.jobs.values():
+            for actor in job.actors.values():
+                if actor.task is not None:
+                    actor.task.cancel()
+        self.jobs.clear()
+
+    async def shutdown(self) -> None:
+        for job in list(self.jobs.values()):
+            for actor in job.actors.values():
+                await actor.stop()
+        self.jobs.clear()
+
+    # ------------------------------------------------------------------ DML
+    def write_dml(self, table_id: int, chunk: StreamChunk, dist_key: list[int]) -> int:
+        """Place a statement's rows in the table's inboxes; returns their epoch. Never
+        awaits: all parts of a statement land in the same epoch in every actor."""
+        job = self.jobs[table_id]
+        fragment = next(
+            f for f in job.graph.fragments if any(isinstance(n, DmlNode) for n in f.leaves())
+        )
+        inboxes = [job.inboxes[a] for a in fragment.actor_ids]
+        if len(inboxes) == 1:
+            inboxes[0].put(chunk)
+        else:
+            assert fragment.mapping is not None
+            parts = split_by_vnode(chunk, dist_key, fragment.mapping, len(inboxes))
+            for inbox, part in zip(inboxes, parts):
+                if part is not None:
+                    inbox.put(part)
+        return self.services.barrier_sink.write_epoch
+
+
+def _owned(fragment: Fragment, index: int) -> np.ndarray:
+    if fragment.mapping is None:
+        return np.ones(VNODE_COUNT, dtype=bool)
+    return fragment.mapping == index

@@ -492,7 +492,7 @@ def test_views_and_materialized_views_are_listed(con):
                 [oid, kind, name, definition],
             )
             cur.execute(
-                "INSERT INTO meta.columns VALUES (?, 0, 'x', 'integer', NULL, NULL, false, false)",
+                "INSERT INTO meta.columns VALUES (?, 0, 'x', 'integer', NULL, NULL, false, false, 'INTEGER')",
                 [oid],
             )
         assert rows(c, PSQL_LIST.format(kinds="'m',''")) == [

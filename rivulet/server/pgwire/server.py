@@ -111,6 +111,7 @@ async def serve(
     engine: Engine, host: str = "127.0.0.1", port: int = 4566, password: str | None = None
 ) -> PgServer:
     """Start serving ``engine`` on ``host:port``; returns the running server."""
+    await engine.start()
     server = PgServer(engine, password)
     await server.start(host, port)
     return server

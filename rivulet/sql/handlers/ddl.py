@@ -264,11 +264,17 @@ async def _create_table_as(session: Session, stmt: Statement, ast: exp.Create) -
         # The statement failed: the table it created goes too. (Creating it and writing
         # its rows are two epochs; a crash between them can still leave it empty.)
         try:
-            await session.ctx.ddl.drop_table(created)
+            await session.ctx.ddl.drop(created)
         except Exception:
             pass
         raise
     return StatementResult(tag="CREATE_TABLE", rowcount=count)
+
+
+# Kinds DROP can name, by the words after DROP, with their catalog kind.
+_DROPPABLE = {"TABLE": "table", "MATERIALIZED VIEW": "materialized view", "SOURCE": "source"}
+# Kinds that cannot exist yet: dropping one behaves as for a missing object.
+_NOT_YET = ("VIEW", "SINK", "INDEX", "SCHEMA")
 
 
 async def handle_drop(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
@@ -279,21 +285,20 @@ async def handle_drop(session: Session, stmt: Statement, params: list[object]) -
         kind = "MATERIALIZED VIEW"
     # sqlglot keeps the dropped objects under "tables" (older versions: "expressions").
     objects = list(ast.args.get("tables") or ast.expressions)
-    if kind != "TABLE":
-        if kind in ("MATERIALIZED VIEW", "VIEW", "SOURCE", "SINK", "INDEX", "SCHEMA"):
-            # Nothing of these kinds can exist yet: behave as PostgreSQL for a missing object.
-            if ast.args.get("exists"):
-                names = ", ".join(t.name for t in objects)
-                return command(
-                    f"DROP_{kind.replace(' ', '_')}",
-                    Notice(f'{kind.lower()} "{names}" does not exist, skipping'),
-                )
-            t = objects[0] if objects else None
-            raise sql_error(
-                UNDEFINED_TABLE,
-                f'{kind.lower()} "{t.name if t else ""}" does not exist',
-                position=position_of(t) if t is not None else None,
-            )
+    tag = f"DROP_{kind.replace(' ', '_')}"
+    if_exists = bool(ast.args.get("exists"))
+    if kind in _NOT_YET:
+        if if_exists:
+            names = ", ".join(t.name for t in objects)
+            return command(tag, Notice(f'{kind.lower()} "{names}" does not exist, skipping'))
+        t = objects[0] if objects else None
+        raise sql_error(
+            UNDEFINED_TABLE,
+            f'{kind.lower()} "{t.name if t else ""}" does not exist',
+            position=position_of(t) if t is not None else None,
+        )
+    wanted = _DROPPABLE.get(kind)
+    if wanted is None:
         raise sql_error(FEATURE_NOT_SUPPORTED, f"DROP {kind} is not supported yet")
     binder = Binder(session.bind_context())
     notices = []
@@ -306,22 +311,24 @@ async def handle_drop(session: Session, stmt: Statement, params: list[object]) -
                 INSUFFICIENT_PRIVILEGE, f'permission denied: "{t.name}" is a system catalog'
             )
         if table is None:
-            if ast.args.get("exists"):
-                notices.append(Notice(f'table "{t.name}" does not exist, skipping'))
+            if if_exists:
+                notices.append(Notice(f'{wanted} "{t.name}" does not exist, skipping'))
                 continue
             raise sql_error(
-                UNDEFINED_TABLE, f'table "{t.name}" does not exist', position=position_of(t)
+                UNDEFINED_TABLE, f'{wanted} "{t.name}" does not exist', position=position_of(t)
             )
-        if table.kind != "table":
+        if table.kind != wanted:
             raise sql_error(
                 WRONG_OBJECT_TYPE,
-                f'"{t.name}" is not a table',
-                hint=f"Use DROP {table.kind.upper()}.",
+                f'"{t.name}" is not a {wanted}',
+                hint=f"Use DROP {table.kind.upper()} to remove a {table.kind}.",
             )
         targets.append(table)
+    cascade = bool(ast.args.get("cascade"))
     for table in targets:
-        await session.ctx.ddl.drop_table(table)
-    return command("DROP_TABLE", *notices)
+        if table.id in session.ctx.catalog.tables:  # not dropped by an earlier CASCADE
+            await session.ctx.ddl.drop(table, cascade=cascade)
+    return command(tag, *notices)
 
 
 async def handle_alter(session: Session, stmt: Statement, params: list[object]) -> StatementResult:

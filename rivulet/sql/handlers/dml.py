@@ -13,10 +13,11 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from rivulet.common.chunk import VNODE_COLUMN
+from rivulet.common.chunk import ROW_ID_COLUMN, VNODE_COLUMN, Op, StreamChunk
 from rivulet.common.errors import (
     DUPLICATE_COLUMN,
     FEATURE_NOT_SUPPORTED,
@@ -74,18 +75,26 @@ def check_not_null(table: TableCatalog, rows: pa.Table) -> None:
             )
 
 
+async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk) -> None:
+    """Hand a chunk of the table's stored columns to its actors; return once committed."""
+    if table.id not in session.ctx.runtime.jobs:
+        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+    epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
+    await session.ctx.barrier.commit_writes(epoch)
+
+
 async def insert_rows(session: Session, table: TableCatalog, rows: pa.Table) -> int:
     """Write rows (the table's visible columns, in order and typed) and wait for commit."""
     check_not_null(table, rows)
-    writer = session.ctx.runtime.writer(table.id)
-    if writer is None:
-        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-    async with writer.lock:
-        if writer.dropped:
-            raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-        result = await session.run_query(lambda cur: writer.insert(rows, cur))
-    await session.ctx.barrier.flush()
-    return result.rows_affected
+    if rows.num_rows == 0:
+        return 0
+    if table.has_row_id:
+        generator = session.ctx.row_ids(table)
+        if not generator.ready:
+            generator.start_after(await session.run_query(generator.committed_max))
+        rows = rows.append_column(ROW_ID_COLUMN, pa.array(generator.allocate(rows.num_rows)))
+    await write_chunk(session, table, StreamChunk.inserts(rows))
+    return rows.num_rows
 
 
 def _target_columns(table: TableCatalog, target: exp.Expression) -> list[str]:
@@ -325,17 +334,32 @@ async def handle_update(session: Session, stmt: Statement, params: list[object])
 
 
 async def _write_update(session: Session, table: TableCatalog, old: pa.Table, new: pa.Table) -> int:
-    writer = session.ctx.runtime.writer(table.id)
-    if writer is None:
-        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-    if old.num_rows == 0:
+    """Each old row (``_vnode`` + stored columns) replaced by the new row at its index."""
+    n = old.num_rows
+    if n == 0:
         return 0
-    async with writer.lock:
-        if writer.dropped:
-            raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-        result = await session.run_query(lambda cur: writer.update(old, new, cur))
-    await session.ctx.barrier.flush()
-    return result.rows_affected
+    old = old.drop_columns([VNODE_COLUMN])
+    new = new.cast(old.schema)
+    both = pa.concat_tables([old, new])
+    keys = [table.columns[i].name for i in table.pk]
+    same_key = all(old.column(k).equals(new.column(k)) for k in keys)
+    if same_key:
+        # Each old row directly followed by its new row: UpdateDelete/UpdateInsert pairs.
+        order = np.empty(2 * n, dtype=np.int64)
+        order[0::2] = np.arange(n)
+        order[1::2] = np.arange(n, 2 * n)
+        ops = np.empty(2 * n, dtype=np.int8)
+        ops[0::2] = Op.UPDATE_DELETE
+        ops[1::2] = Op.UPDATE_INSERT
+        chunk = StreamChunk(both.take(pa.array(order)), ops)
+    else:
+        # Keys move (``SET id = id + 1``): every old key goes before any new key arrives.
+        ops = np.concatenate(
+            [np.full(n, Op.DELETE, dtype=np.int8), np.full(n, Op.INSERT, dtype=np.int8)]
+        )
+        chunk = StreamChunk(both, ops)
+    await write_chunk(session, table, chunk)
+    return n
 
 
 def plan_delete(session: Session, ast: exp.Delete) -> DmlPlan:
@@ -368,14 +392,7 @@ async def handle_delete(session: Session, stmt: Statement, params: list[object])
     )
     count = rows.num_rows
     if count:
-        writer = session.ctx.runtime.writer(table.id)
-        if writer is None:
-            raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-        async with writer.lock:
-            if writer.dropped:
-                raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-            await session.run_query(lambda cur: writer.delete(rows, cur))
-        await session.ctx.barrier.flush()
+        await write_chunk(session, table, StreamChunk.deletes(rows.drop_columns([VNODE_COLUMN])))
     if plan.returning is not None:
         visible = rows.select([c.name for c in table.visible_columns])
         return await _returning(session, plan, visible, f"DELETE {count}")

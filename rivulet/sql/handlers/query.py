@@ -11,7 +11,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from rivulet.common.errors import PROTOCOL_VIOLATION, sql_error
-from rivulet.common.types import DataType
+from rivulet.common.types import DataType, arrow_type_for_duckdb
 from rivulet.sql.binder import Binder, BoundQuery
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, StatementResult
@@ -41,35 +41,18 @@ def check_param_count(bound: BoundQuery, params: list[object]) -> None:
 # DuckDB's Arrow export has a fixed cost that dominates tiny results (``SELECT 1``).
 _SMALL_RESULT = 64
 
-_SIMPLE_ARROW_TYPES: dict[str, pa.DataType] = {
-    "BOOLEAN": pa.bool_(),
-    "TINYINT": pa.int8(),
-    "SMALLINT": pa.int16(),
-    "INTEGER": pa.int32(),
-    "BIGINT": pa.int64(),
-    "UTINYINT": pa.uint8(),
-    "USMALLINT": pa.uint16(),
-    "UINTEGER": pa.uint32(),
-    "UBIGINT": pa.uint64(),
-    "FLOAT": pa.float32(),
-    "DOUBLE": pa.float64(),
-    "VARCHAR": pa.string(),
-    "BLOB": pa.binary(),
-    "DATE": pa.date32(),
-    "TIME": pa.time64("us"),
-    "TIMESTAMP": pa.timestamp("us"),
-    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
-}
+# Types whose Python values (from fetchmany) convert to DuckDB's Arrow types exactly.
+_VALUE_CONVERTIBLE = (
+    "BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "VARCHAR", "BLOB", "DATE", "TIME", "TIMESTAMP",
+    "TIMESTAMP WITH TIME ZONE",
+)  # fmt: skip
 
 
 def _arrow_type(duckdb_type: str) -> pa.DataType | None:
     """The Arrow type of a result column when Python values convert to it exactly."""
-    t = _SIMPLE_ARROW_TYPES.get(duckdb_type)
-    if t is not None:
-        return t
-    if duckdb_type.startswith("DECIMAL("):
-        width, scale = duckdb_type[8:-1].split(",")
-        return pa.decimal128(int(width), int(scale))
+    if duckdb_type in _VALUE_CONVERTIBLE or duckdb_type.startswith("DECIMAL("):
+        return arrow_type_for_duckdb(duckdb_type)
     return None
 
 

@@ -1,0 +1,106 @@
+"""Executors and the context they run in.
+
+An actor runs a chain of executors. Each executor consumes the messages of its input and
+yields its own: chunks transformed, barriers passed on. A stateful executor seals its state
+tables when a barrier passes it, handing the epoch's writes to the barrier manager, which
+commits them once every actor has passed that barrier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from rivulet.common.types import DataType, arrow_type_of
+from rivulet.storage.state_store import StateStore
+from rivulet.storage.state_table import MemTable, StateTable
+from rivulet.stream.message import Barrier, Message
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    name: str
+    type: DataType
+
+
+class Schema(tuple[Field, ...]):
+    """The columns of a stream, in order."""
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self]
+
+    @property
+    def types(self) -> list[DataType]:
+        return [f.type for f in self]
+
+    def arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(f.name, arrow_type_of(f.type)) for f in self])
+
+
+class BarrierSink(Protocol):
+    """What actors report to (the barrier manager implements it)."""
+
+    @property
+    def write_epoch(self) -> int: ...
+
+    def register_actor(self, actor_id: int, inbox: object | None = None) -> None: ...
+
+    def unregister_actor(self, actor_id: int) -> None: ...
+
+    def report_sealed(self, epoch: int, table: StateTable, memtable: MemTable) -> None: ...
+
+    def collect(self, actor_id: int, barrier: Barrier) -> None: ...
+
+    def actor_failed(self, actor_id: int, error: BaseException) -> None: ...
+
+
+class StreamServices(Protocol):
+    """Engine services the stream runtime needs."""
+
+    store: StateStore
+    barrier_sink: BarrierSink
+
+    async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T: ...
+
+    async def wait_committed(self, epoch: int) -> int: ...
+
+
+@dataclass
+class ActorContext:
+    actor_id: int
+    fragment_id: int
+    job_id: int
+    vnodes: np.ndarray  # bool[256]: the vnodes this actor owns
+    services: StreamServices
+    # Rows whose expressions failed (division by zero, bad cast): NULL instead, counted.
+    expression_errors: int = 0
+
+    async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        return await self.services.run_blocking(fn)
+
+
+class Executor:
+    """One stage of an actor's pipeline."""
+
+    def __init__(self, ctx: ActorContext, schema: Schema) -> None:
+        self.ctx = ctx
+        self.schema = schema
+        self.state_tables: list[StateTable] = []
+
+    def execute(self) -> AsyncIterator[Message]:
+        raise NotImplementedError
+
+    def seal(self, barrier: Barrier) -> None:
+        """Hand this epoch's state writes to the barrier manager."""
+        for table in self.state_tables:
+            memtable = table.seal(barrier.epoch)
+            if memtable is not None:
+                self.ctx.services.barrier_sink.report_sealed(barrier.epoch, table, memtable)

@@ -1,0 +1,1 @@
+"""Stream executors, one per file (RisingWave's layout)."""

@@ -1,0 +1,36 @@
+"""DML input of a table's actor: chunks written by statements, interleaved with barriers.
+
+Statements and the barrier manager both append to the actor's inbox without awaiting in
+between, so every part of a statement lands in the same epoch in every actor of the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from rivulet.stream.executor import ActorContext, Executor, Schema
+from rivulet.stream.message import Message
+
+
+class Inbox:
+    """Unbounded: a writer never waits, so a statement's parts are placed atomically."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Message] = asyncio.Queue()
+
+    def put(self, msg: Message) -> None:
+        self._queue.put_nowait(msg)
+
+    async def get(self) -> Message:
+        return await self._queue.get()
+
+
+class DmlExecutor(Executor):
+    def __init__(self, ctx: ActorContext, schema: Schema, inbox: Inbox) -> None:
+        super().__init__(ctx, schema)
+        self.inbox = inbox
+
+    async def execute(self) -> AsyncIterator[Message]:
+        while True:
+            yield await self.inbox.get()

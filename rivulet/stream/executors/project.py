@@ -1,0 +1,29 @@
+"""Project: computes expressions over each chunk (ops pass through unchanged)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from rivulet.common.chunk import StreamChunk
+from rivulet.stream.executor import ActorContext, Executor, Schema
+from rivulet.stream.expression import ExprSet, evaluate
+from rivulet.stream.message import Message
+
+
+class ProjectExecutor(Executor):
+    def __init__(self, ctx: ActorContext, schema: Schema, input: Executor, exprs: ExprSet) -> None:
+        super().__init__(ctx, schema)
+        self.input = input
+        self.exprs = exprs
+        self._arrow = schema.arrow()
+
+    async def execute(self) -> AsyncIterator[Message]:
+        async for msg in self.input.execute():
+            if not isinstance(msg, StreamChunk):
+                yield msg
+                continue
+            out, errors = await self.ctx.run_blocking(
+                lambda cur, m=msg: evaluate(cur, m.data, self.exprs)
+            )
+            self.ctx.expression_errors += errors
+            yield StreamChunk(out.rename_columns(self.schema.names).cast(self._arrow), msg.ops)
