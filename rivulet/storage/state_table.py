@@ -125,9 +125,14 @@ class StateTable:
 
     # ----------------------------------------------------------------- writing
     def with_vnodes(self, data: pa.Table) -> pa.Table:
-        """``data`` (the stored columns) with the ``_vnode`` column in front."""
-        cols = [data.column(self.schema.columns[i][0]) for i in self.schema.dist_key]
-        return data.add_column(0, VNODE_COLUMN, pa.array(compute_vnodes(cols), pa.int16()))
+        """``data`` (the stored columns) with the ``_vnode`` column in front. A table
+        without a distribution key (a singleton's) keeps everything in vnode 0."""
+        if not self.schema.dist_key:
+            vnodes = np.zeros(data.num_rows, dtype=np.int16)
+        else:
+            cols = [data.column(self.schema.columns[i][0]) for i in self.schema.dist_key]
+            vnodes = compute_vnodes(cols)
+        return data.add_column(0, VNODE_COLUMN, pa.array(vnodes, pa.int16()))
 
     def write(self, chunk: StreamChunk, *, overwrites: bool) -> None:
         """Add a chunk (its data already carrying ``_vnode``) to the running epoch.

@@ -82,11 +82,57 @@ async def handle_create(session: Session, stmt: Statement, params: list[object])
     kind = _create_kind(ast)
     if kind == "TABLE":
         return await _create_table(session, stmt, ast)
-    what = _COMING.get(kind, f"CREATE {kind}")
-    hint = None
     if kind == "MATERIALIZED VIEW":
-        hint = "Materialized views arrive with the streaming engine; query the tables directly for now."
-    raise sql_error(FEATURE_NOT_SUPPORTED, f"{what} is not supported yet", hint=hint)
+        return await _create_materialized_view(session, stmt, ast)
+    what = _COMING.get(kind, f"CREATE {kind}")
+    raise sql_error(FEATURE_NOT_SUPPORTED, f"{what} is not supported yet")
+
+
+def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):  # type: ignore[no-untyped-def]
+    """The planned MV of a CREATE MATERIALIZED VIEW statement."""
+    from rivulet.sql.planner import plan_materialized_view
+
+    target = ast.this
+    if isinstance(target, exp.Schema):
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED, "a column list in CREATE MATERIALIZED VIEW is not supported yet"
+        )
+    assert isinstance(target, exp.Table)
+    query = ast.expression
+    if not isinstance(query, exp.Query):
+        raise sql_error(SYNTAX_ERROR, "CREATE MATERIALIZED VIEW needs AS <query>")
+    props = ast.args.get("properties")
+    options = [
+        p for p in (props.expressions if props is not None else [])
+        if not isinstance(p, exp.MaterializedProperty)
+    ]  # fmt: skip
+    if options:
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            f"materialized view options are not supported yet: {options[0].sql(dialect='postgres')}",
+        )
+    schema = target_schema(session, target)
+    return plan_materialized_view(session, schema, target.name, query, stmt.text)
+
+
+async def _create_materialized_view(
+    session: Session, stmt: Statement, ast: exp.Create
+) -> StatementResult:
+    target = ast.this
+    name = target.name
+    schema = target_schema(session, target) if isinstance(target, exp.Table) else DEFAULT_SCHEMA
+    if_not_exists = bool(ast.args.get("exists"))
+    if session.ctx.catalog.name_taken(schema, name) and if_not_exists:
+        return command(
+            "CREATE_MATERIALIZED_VIEW", Notice(f'relation "{name}" already exists, skipping')
+        )
+    planned = plan_mv_statement(session, stmt, ast)
+    created = await session.ctx.ddl.create_materialized_view(planned, if_not_exists=if_not_exists)
+    if not created:
+        return command(
+            "CREATE_MATERIALIZED_VIEW", Notice(f'relation "{name}" already exists, skipping')
+        )
+    return command("CREATE_MATERIALIZED_VIEW")
 
 
 async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:

@@ -64,6 +64,9 @@ PURE: dict[str, str] = {
     # PostgreSQL raises on division by zero where DuckDB yields NULL.
     "rw_div": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a / b END",
     "rw_mod": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a % b END",
+    # Streaming jobs: a row's error yields NULL instead of failing the job.
+    "rw_div_safe": "(a, b) AS CASE WHEN b = 0 THEN NULL ELSE a / b END",
+    "rw_mod_safe": "(a, b) AS CASE WHEN b = 0 THEN NULL ELSE a % b END",
     "pg_type_is_visible": "(type_oid) AS true",
     "pg_function_is_visible": "(fn_oid) AS true",
     "pg_collation_is_visible": "(coll_oid) AS true",

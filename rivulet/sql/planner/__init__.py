@@ -1,0 +1,85 @@
+"""Planning streaming jobs: a materialized view's query into a stream plan."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from rivulet.common.errors import DUPLICATE_COLUMN, sql_error
+from rivulet.meta.catalog import ColumnCatalog, TableCatalog
+from rivulet.meta.ddl_controller import PlannedMaterializedView
+from rivulet.sql.binder import Binder
+from rivulet.sql.planner.planner import Planned, StreamPlanner
+from rivulet.stream.plan import (
+    ExchangeKind,
+    ExchangeNode,
+    MaterializeNode,
+    PlanNode,
+    StreamScanNode,
+)
+
+if TYPE_CHECKING:
+    from rivulet.sql.session import Session
+
+__all__ = ["plan_materialized_view"]
+
+
+def plan_materialized_view(
+    session: Session, schema: str, name: str, query: exp.Expression, definition: str
+) -> PlannedMaterializedView:
+    """The catalog entry (id 0) and stream plan of ``CREATE MATERIALIZED VIEW name AS query``."""
+    binder = Binder(session.bind_context())
+    planner = StreamPlanner(binder, session.ctx.store.cursor)
+    planned = planner.plan_query(query.copy())
+    columns = [ColumnCatalog(c.name, c.type, hidden=c.hidden) for c in planned.scope.columns]
+    seen: set[str] = set()
+    for c in columns:
+        if c.name in seen:
+            raise sql_error(DUPLICATE_COLUMN, f'column "{c.name}" specified more than once')
+        seen.add(c.name)
+    pk = list(planned.node.stream_key)
+    root, dist = _distributed(planned, pk)
+    policy = session.config.get("streaming_parallelism") or "default"
+    table = TableCatalog(
+        id=0,
+        schema=schema,
+        name=name,
+        columns=tuple(columns),
+        pk=tuple(pk),
+        dist_key=tuple(dist),
+        definition=definition,
+        kind="materialized view",
+        dependencies=tuple(dict.fromkeys(planner.dependencies)),
+        append_only=planned.node.append_only,
+        parallelism="adaptive" if policy in ("default", "adaptive") else policy,
+    )
+    node = MaterializeNode(
+        root.schema, pk, root.append_only, [root], table_name=name, conflict="none"
+    )
+    return PlannedMaterializedView(table, node)
+
+
+def _distributed(planned: Planned, pk: list[int]) -> tuple[PlanNode, list[int]]:
+    """The node to materialize and the MV's distribution key: the input's when known,
+    any key in a single-actor fragment, else rows are re-hashed by the MV's key."""
+    if planned.dist is not None:
+        return planned.node, planned.dist
+    if _fragment_is_single(planned.node):
+        return planned.node, pk
+    node = planned.node
+    exchange = ExchangeNode(
+        node.schema, node.stream_key, node.append_only, [node], kind=ExchangeKind.HASH, key=pk
+    )
+    return exchange, pk
+
+
+def _fragment_is_single(node: PlanNode) -> bool:
+    """Whether ``node`` runs in a fragment fed only by simple (single-actor) exchanges."""
+    if isinstance(node, ExchangeNode):
+        return node.kind is ExchangeKind.SIMPLE
+    if isinstance(node, StreamScanNode):
+        return False
+    if not node.inputs:
+        return False
+    return all(_fragment_is_single(c) for c in node.inputs)

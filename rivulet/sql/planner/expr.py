@@ -1,0 +1,94 @@
+"""Compiling SQL expressions of a streaming query into DuckDB SQL over chunk columns.
+
+A column reference becomes ``c<i>`` (its index in the input). The expression then goes
+through the batch binder's checks and rewrites (allow-listed functions, PostgreSQL
+semantics), and gets a safe form for streaming: a division by zero or a failed cast yields
+NULL for that row, with a predicate saying which rows failed (they are counted). Result
+types come from DuckDB itself, so the MV holds exactly what a batch query would return.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from rivulet.common.errors import FEATURE_NOT_SUPPORTED, sql_error
+from rivulet.common.types import DataType
+from rivulet.sql.binder import Binder, position_of
+from rivulet.sql.planner.scope import Scope
+from rivulet.stream.expression import ExprSet
+
+DUCKDB = "duckdb"
+
+
+def column_ref(index: int) -> exp.Column:
+    return exp.column(f"c{index}")
+
+
+class ExprCompiler:
+    def __init__(self, binder: Binder, cursor_provider) -> None:  # type: ignore[no-untyped-def]
+        self.binder = binder
+        self._cursor = cursor_provider
+
+    def resolve_columns(self, expr: exp.Expression, scope: Scope) -> exp.Expression:
+        """A copy of ``expr`` whose column references are ``c<i>`` of ``scope``."""
+        expr = expr.copy()
+        for node in list(expr.find_all(exp.Subquery, exp.Select)):
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                "subqueries in expressions of materialized views are not supported yet",
+                position=position_of(node),
+            )
+        columns = list(expr.find_all(exp.Column))
+        for col in columns:
+            if isinstance(col.this, exp.Star):
+                raise sql_error(FEATURE_NOT_SUPPORTED, "* is not allowed here")
+            replacement = column_ref(scope.resolve(col))
+            if col is expr:
+                expr = replacement
+            else:
+                col.replace(replacement)
+        return expr
+
+    def compile(self, exprs: list[exp.Expression], scope: Scope) -> tuple[ExprSet, list[DataType]]:
+        """DuckDB SQL (strict and safe) and result types of expressions over ``scope``."""
+        strict: list[str] = []
+        safe: list[str] = []
+        errors: list[str] = []
+        for e in exprs:
+            bound = self.binder.prepare(self.resolve_columns(e, scope))
+            strict.append(bound.sql(dialect=DUCKDB))
+            safe_tree, preds = _safe_form(bound)
+            safe.append(safe_tree.sql(dialect=DUCKDB))
+            errors.extend(preds)
+        types = self.types_of(strict, scope.types)
+        return ExprSet(strict, safe, errors), types
+
+    def types_of(self, exprs: list[str], input_types: list[DataType]) -> list[DataType]:
+        """DuckDB's result types of expressions over columns of the given types."""
+        if not exprs:
+            return []
+        cols = ", ".join(f"CAST(NULL AS {t.duckdb}) AS c{i}" for i, t in enumerate(input_types))
+        source = f"(SELECT {cols})" if cols else "(SELECT 1 AS c_unused)"
+        select = ", ".join(f"{e} AS e{i}" for i, e in enumerate(exprs))
+        relation = self._cursor().sql(f"SELECT {select} FROM {source} AS input LIMIT 0")
+        return [DataType.from_duckdb(str(t)) for t in relation.types]
+
+
+def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:
+    """The tree with NULL-on-error forms, and predicates true on rows that had an error."""
+    tree = tree.copy()
+    predicates: list[str] = []
+    for node in list(tree.find_all(exp.Anonymous)):
+        name = node.name.lower()
+        if name in ("rw_div", "rw_mod") and len(node.expressions) == 2:
+            divisor = node.expressions[1]
+            predicates.append(f"({divisor.sql(dialect=DUCKDB)}) = 0")
+            node.set("this", f"{name}_safe")
+    for node in list(tree.find_all(exp.Cast)):
+        if isinstance(node, exp.TryCast):
+            continue
+        value = node.this.sql(dialect=DUCKDB)
+        to = node.args["to"].sql(dialect=DUCKDB)
+        predicates.append(f"({value}) IS NOT NULL AND TRY_CAST({value} AS {to}) IS NULL")
+        node.replace(exp.TryCast(this=node.this, to=node.args["to"]))
+    return tree, predicates
