@@ -45,11 +45,18 @@ from rivulet.stream.plan import (
     UnionNode,
 )
 
+_SUPPORTED_SHAPES = (
+    "Materialized views maintain projections, filters, equi-joins (inner, left, right, full),"
+    " GROUP BY with count, sum, min, max, avg, bool_and, bool_or and string_agg, DISTINCT,"
+    " UNION ALL, ORDER BY ... LIMIT and TUMBLE/HOP windows."
+)
+
 
 def _not_supported(what: str, node: exp.Expression | None = None) -> Exception:
     return sql_error(
         FEATURE_NOT_SUPPORTED,
-        f"{what} is not supported in a materialized view yet",
+        f"{what}: not supported yet in materialized views",
+        hint=_SUPPORTED_SHAPES,
         position=position_of(node) if node is not None else None,
     )
 
