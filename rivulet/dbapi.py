@@ -26,7 +26,7 @@ from rivulet.common.errors import (
     ProgrammingError,
 )
 from rivulet.common.types import DataType
-from rivulet.engine import Engine, EngineThread
+from rivulet.engine import Engine, EngineOptions, EngineThread
 from rivulet.sql.result import Column, StatementResult
 
 apilevel = "2.0"
@@ -38,16 +38,36 @@ _registry_lock = threading.Lock()
 _registry: dict[str, list[Any]] = {}
 
 
-def connect(path: str | os.PathLike[str] | None = None, *, user: str = "root") -> Connection:
-    """Open a connection: in memory when ``path`` is None, else to a data directory."""
+def connect(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    user: str = "root",
+    workers: int | None = None,
+    slots: int | None = None,
+    barrier_interval_ms: int = 1000,
+    deterministic: bool = False,
+) -> Connection:
+    """Open a connection: in memory when ``path`` is None, else to a data directory.
+
+    ``workers``/``slots``: the compute layout (default: one worker, a slot per core).
+    ``deterministic``: barriers only when statements ask for them and no worker threads,
+    so that a run replays exactly (tests). The options apply when the engine opens; a
+    second connection to an open directory shares its engine as it is.
+    """
+    options = EngineOptions(
+        workers=workers,
+        slots=slots,
+        barrier_interval_ms=barrier_interval_ms,
+        deterministic=deterministic,
+    )
     if path is None:
-        thread = EngineThread(Engine(None))
+        thread = EngineThread(Engine(None, options))
         return Connection(thread, user, key=None)
     key = str(Path(path).resolve())
     with _registry_lock:
         entry = _registry.get(key)
         if entry is None:
-            entry = [EngineThread(Engine(path)), 0]
+            entry = [EngineThread(Engine(path, options)), 0]
             _registry[key] = entry
         entry[1] += 1
         return Connection(entry[0], user, key=key)
