@@ -20,13 +20,14 @@ import duckdb
 
 from rivulet.common.errors import Error
 from rivulet.meta.barrier_manager import BarrierManager
-from rivulet.meta.catalog import Catalog
+from rivulet.meta.catalog import Catalog, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
 from rivulet.storage.state_store import META_SCHEMA, StateStore, StoreOptions
+from rivulet.stream.plan import MaterializeNode, PlanNode
 from rivulet.stream.runtime import RunningJob, StreamRuntime
 
 T = TypeVar("T")
@@ -86,6 +87,7 @@ class Engine:
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
             self.barrier.on_failure = self._rebuild_dataflow
+            self.ddl.replan = self._replan_materialized_view
             self.frontend = FrontendContext(
                 store=self.store,
                 catalog=self.catalog,
@@ -111,6 +113,19 @@ class Engine:
         self.store.run_setup(restored_graph_sql(jobs))
         for job in jobs:
             self.runtime.start_job(job)
+
+    def _replan_materialized_view(self, table: TableCatalog) -> PlanNode:
+        """An MV's stream plan, planned again from its definition (restart, recovery)."""
+        from rivulet.sql.handlers.ddl import plan_mv_statement
+
+        session = self.new_session()
+        stmt = session.parse(table.definition)[0]
+        root = plan_mv_statement(session, stmt, stmt.ast).root
+        assert isinstance(root, MaterializeNode)
+        root.table_id = table.id
+        root.table_name = table.name
+        root.state_schema = table.state_schema()
+        return root
 
     def _rebuild_dataflow(self, error: Error) -> None:
         """After a failure: drop every actor and rebuild the jobs of the catalog from the

@@ -62,6 +62,9 @@ class TableCatalog:
     # A source: its connector and options (a table with a connector has them too).
     connector: str | None = None
     options: tuple[tuple[str, str], ...] = ()
+    # Ids of the job's internal state tables (aggregation, join, top-N state), in plan
+    # order: a job rebuilt from its definition at restart finds its state again.
+    internal_tables: tuple[int, ...] = ()
 
     @property
     def is_streaming_job(self) -> bool:
@@ -74,6 +77,7 @@ class TableCatalog:
             "parallelism": self.parallelism,
             "connector": self.connector,
             "options": [list(kv) for kv in self.options],
+            "internal_tables": list(self.internal_tables),
         }
 
     @property
@@ -209,6 +213,7 @@ class Catalog:
                 parallelism=str(p.get("parallelism") or "adaptive"),
                 connector=p.get("connector"),
                 options=tuple(tuple(kv) for kv in p.get("options") or ()),
+                internal_tables=tuple(p.get("internal_tables") or ()),
             )  # fmt: skip
 
     # ----------------------------------------------------------------- lookups

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rivulet.common.errors import (
@@ -29,7 +30,7 @@ from rivulet.meta.fragments import delete_graph, persist_graph
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.executor import Field, Schema
 from rivulet.stream.message import StopActors
-from rivulet.stream.plan import DmlNode, MaterializeNode, PlanNode
+from rivulet.stream.plan import DmlNode, MaterializeNode, PlanNode, StreamScanNode
 from rivulet.stream.runtime import RunningJob, StreamRuntime
 
 
@@ -70,6 +71,8 @@ class DdlController:
         self.barrier = barrier
         self.cluster = cluster
         self.lock = asyncio.Lock()
+        # Plans an MV again from its definition (set by the engine: planning is SQL's).
+        self.replan: Callable[[TableCatalog], PlanNode] | None = None
 
     # ---------------------------------------------------------------- create
     async def create_table(self, table: TableCatalog, *, if_not_exists: bool = False) -> bool:
@@ -113,6 +116,7 @@ class DdlController:
             job = fragment_job(
                 root, table.id, parallelism, self.catalog, self.cluster, self.runtime, change
             )
+            table = replace(table, internal_tables=tuple(t.table_id for t in job.internal_tables))
             change.setup.append((table.state_schema().create_sql(), []))
             for internal in job.internal_tables:
                 change.setup.append((internal.create_sql(), []))
@@ -136,17 +140,29 @@ class DdlController:
         self.runtime.forget_job(running.graph.job_id)
 
     def start_existing(self) -> list[RunningJob]:
-        """At start: build the jobs of the tables in the catalog (started by the caller)."""
+        """At start and after a failure: rebuild the job of every table and MV in the
+        catalog from its definition (the caller starts them). Their state is what the last
+        checkpoint committed; scans take no snapshot (the MVs hold their past already)."""
         jobs = []
-        for table in self.catalog.all_tables():
+        for table in self.catalog.all_tables():  # by id: upstream jobs before dependents
+            if not table.is_streaming_job:
+                continue
             if table.kind == "table":
-                change = CatalogChange()  # ids of a restored job are not persisted again
-                job = fragment_job(
-                    table_plan(table), table.id, self.cluster.parallelism(table.parallelism),
-                    self.catalog, self.cluster, self.runtime, change,
-                )  # fmt: skip
-                running, _ = self.runtime.build_job(job.graph)
-                jobs.append(running)
+                root = table_plan(table)
+            else:
+                assert self.replan is not None, "the engine sets the replanner"
+                root = self.replan(table)
+                for node in root.walk():
+                    if isinstance(node, StreamScanNode):
+                        node.snapshot = False
+            change = CatalogChange()  # ids of a rebuilt job's actors are not persisted
+            job = fragment_job(
+                root, table.id, self.cluster.parallelism(table.parallelism), self.catalog,
+                self.cluster, self.runtime, change, reuse_internal=table.internal_tables,
+            )  # fmt: skip
+            running, _ = self.runtime.build_job(job.graph, attach_now=True)
+            self.runtime.add_job(running)
+            jobs.append(running)
         return jobs
 
     # ------------------------------------------------------------------ drop

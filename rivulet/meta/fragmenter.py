@@ -55,7 +55,10 @@ def fragment_job(
     cluster: Cluster,
     runtime: StreamRuntime,
     change: CatalogChange,
+    reuse_internal: tuple[int, ...] = (),
 ) -> FragmentedJob:
+    """``reuse_internal``: ids of the internal state tables of a job being rebuilt (in
+    plan order), instead of allocating new ones."""
     pieces: list[tuple[PlanNode, list[tuple[int, ExchangeKind, list[int]]]]] = []
 
     def cut(node: PlanNode) -> PlanNode:
@@ -123,8 +126,13 @@ def fragment_job(
         f.actor_ids = list(range(first_actor, first_actor + n))
         for actor_id, worker in zip(f.actor_ids, cluster.place(n)):
             workers[actor_id] = worker
-    # Internal state tables get ids of their own.
+    # Internal state tables get ids of their own (or their old ones, when rebuilt).
+    reused = list(reuse_internal)
     internal: list[StateTableSchema] = []
+
+    def internal_id() -> int:
+        return reused.pop(0) if reused else catalog.allocate_id(change)
+
     for f in fragments:
         for node in f.root.walk():
             tables = getattr(node, "state_tables", None)
@@ -132,7 +140,7 @@ def fragment_job(
                 assigned = []
                 for schema in tables:
                     if schema.table_id == 0:
-                        schema = replace(schema, table_id=catalog.allocate_id(change))
+                        schema = replace(schema, table_id=internal_id())
                         internal.append(schema)
                     assigned.append(schema)
                 node.state_tables = assigned  # type: ignore[attr-defined]
@@ -142,7 +150,7 @@ def fragment_job(
                 and isinstance(source_state, StateTableSchema)
                 and source_state.table_id == 0
             ):
-                node.state_schema = replace(source_state, table_id=catalog.allocate_id(change))
+                node.state_schema = replace(source_state, table_id=internal_id())
                 internal.append(node.state_schema)
     return FragmentedJob(JobGraph(job_id, fragments), workers, internal)
 

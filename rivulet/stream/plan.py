@@ -86,6 +86,8 @@ class StreamScanNode(PlanNode):
     upstream_fragment_id: int = 0
     columns: list[int] = field(default_factory=list)
     state_schema: StateTableSchema | None = None
+    # False for a job rebuilt at restart or recovery: its state already holds the past.
+    snapshot: bool = True
 
     def describe(self) -> str:
         return (
@@ -178,12 +180,12 @@ class HashJoinNode(PlanNode):
     kind: JoinKind = JoinKind.INNER
     left_key: list[int] = field(default_factory=list)
     right_key: list[int] = field(default_factory=list)
-    condition: str | None = None
+    condition: ExprSet | None = None
     state_tables: list[StateTableSchema] = field(default_factory=list)
 
     def describe(self) -> str:
         keys = ", ".join(f"c{a} = c{b}" for a, b in zip(self.left_key, self.right_key))
-        extra = f", condition: {self.condition}" if self.condition else ""
+        extra = f", condition: {' AND '.join(self.condition.strict)}" if self.condition else ""
         return f"HashJoin {{ type: {self.kind.value}, on: [{keys}]{extra} }}"
 
 

@@ -58,8 +58,12 @@ class StreamRuntime:
         self._dispatcher_ids = itertools.count(1)
 
     # ------------------------------------------------------------- building
-    def build_job(self, graph: JobGraph) -> tuple[RunningJob, AddOutputs | None]:
-        """Actors for ``graph`` (not started) and the mutation attaching them upstream."""
+    def build_job(
+        self, graph: JobGraph, *, attach_now: bool = False
+    ) -> tuple[RunningJob, AddOutputs | None]:
+        """Actors for ``graph`` (not started) and the mutation attaching them upstream.
+        ``attach_now``: the upstream actors are not running yet either (a restart): give
+        them their new outputs directly instead of by mutation."""
         job = RunningJob(graph)
         leaves: dict[int, LeafInputs] = {}
         dispatchers: dict[int, list[Dispatcher]] = {}
@@ -90,8 +94,19 @@ class StreamRuntime:
                     job.inboxes[actor_id] = leaf.inbox
                 root = build_executor(fragment.root, ctx, leaf)
                 job.actors[actor_id] = Actor(ctx, root, dispatchers[actor_id])
+        if attach_now:
+            for actor_id, outputs in upstream_outputs.items():
+                actor = self._actor(actor_id)
+                actor.dispatchers.extend(d for d in outputs if isinstance(d, Dispatcher))
+            return job, None
         mutation = AddOutputs(upstream_outputs) if upstream_outputs else None
         return job, mutation
+
+    def _actor(self, actor_id: int) -> Actor:
+        for job in self.jobs.values():
+            if actor_id in job.actors:
+                return job.actors[actor_id]
+        raise KeyError(f"actor {actor_id} is not running")
 
     def _wire(
         self,
@@ -157,6 +172,10 @@ class StreamRuntime:
         return await self.services.wait_committed(epoch)
 
     # ------------------------------------------------------------ lifecycle
+    def add_job(self, job: RunningJob) -> None:
+        """Make a job known (jobs built after it may read it) without starting it."""
+        self.jobs[job.graph.job_id] = job
+
     def start_job(self, job: RunningJob) -> None:
         """Register the job's actors for the next barrier and start them."""
         self.jobs[job.graph.job_id] = job

@@ -31,11 +31,11 @@ async def handle_wait(session: Session, stmt: Statement, params: list[object]) -
 async def handle_recover(
     session: Session, stmt: Statement, params: list[object]
 ) -> StatementResult:
-    raise sql_error(
-        FEATURE_NOT_SUPPORTED,
-        "RECOVER is not supported yet",
-        hint="There are no streaming jobs to recover yet.",
-    )
+    """Rebuild every job from the last committed checkpoint, as after a failure."""
+    barrier = session.ctx.barrier
+    barrier.recover(sql_error("57P01", "the stream jobs were rebuilt by RECOVER"))
+    await barrier.flush()
+    return command("RECOVER")
 
 
 async def handle_cancel_jobs(
@@ -75,18 +75,17 @@ async def handle_explain(
             ["QUERY PLAN"],
             [
                 (
-                    f"{kind} into a table: evaluated as a batch query, written through the table's"
-                    " writer, committed with the next epoch",
+                    f"{kind} into a table: evaluated as a batch query, sent to the table's"
+                    " actors, committed with the next epoch",
                 )
             ],
             tag="EXPLAIN",
         )
     if isinstance(inner, exp.Create):
-        raise sql_error(
-            FEATURE_NOT_SUPPORTED,
-            "EXPLAIN CREATE is not supported yet",
-            hint="Streaming plans arrive with materialized views.",
-        )
+        from rivulet.sql.handlers.ddl import explain_create
+
+        lines = [(line,) for line in explain_create(session, stmt, inner)]
+        return rows_result(["QUERY PLAN"], lines, tag="EXPLAIN")
     raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN of {type(inner).__name__} is not supported")
 
 

@@ -1,6 +1,6 @@
-"""``rw_catalog``: RisingWave's catalog views (the basics: relations, columns, schemas,
-databases, users), reachable unqualified as in RisingWave. Streaming-job views
-(``rw_streaming_jobs``, ``rw_fragments``...) belong with the stream runtime."""
+"""``rw_catalog``: RisingWave's catalog views - relations, columns, schemas, databases,
+users, and the streaming dataflow (jobs, fragments, actors, workers) - reachable
+unqualified as in RisingWave. RisingWave's columns come first, Rivulet's after."""
 
 from __future__ import annotations
 
@@ -118,6 +118,7 @@ def rw_catalog_views() -> list[SystemView]:
             "id:integer, name:varchar, owner:integer, acl:varchar[]",
             {"id": str(DATABASE_OID), "name": sql_str(DEFAULT_DATABASE), "owner": "1"},
         ),
+        *streaming_views(),
         view(
             "rw_catalog",
             "rw_users",
@@ -132,5 +133,96 @@ def rw_catalog_views() -> list[SystemView]:
                 "can_login": "true",
             },
             f"{S}.i_roles r",
+        ),
+    ]
+
+
+def streaming_views() -> list[SystemView]:
+    """Jobs, fragments, actors and workers, from the meta store (committed with the epoch
+    that made them true)."""
+    policy = "coalesce(json_extract_string(o.properties, '$.parallelism'), 'adaptive')"
+    return [
+        view(
+            "rw_catalog",
+            "rw_streaming_jobs",
+            "id:integer, name:varchar, database_id:integer, status:varchar,"
+            " parallelism:varchar, max_parallelism:integer, backfill_parallelism:varchar,"
+            " target_parallelism:varchar, reconcile_status:varchar, job_id:integer,"
+            " state:varchar",
+            {
+                "id": "o.id",
+                "name": "o.name",
+                "database_id": str(DATABASE_OID),
+                "status": "'CREATED'",
+                "parallelism": policy,
+                "max_parallelism": "256",
+                "target_parallelism": policy,
+                "reconcile_status": "'in_sync'",
+                "job_id": "o.id",
+                "state": "'Created'",
+            },
+            "meta.objects o WHERE o.kind IN ('table', 'materialized view', 'sink', 'index')",
+        ),
+        view(
+            "rw_catalog",
+            "rw_fragments",
+            "fragment_id:integer, table_id:integer, distribution_type:varchar,"
+            " state_table_ids:integer[], upstream_fragment_ids:integer[], flags:varchar[],"
+            " parallelism:integer, max_parallelism:integer, parallelism_policy:varchar,"
+            " scan_type:varchar, online_reschedulable:boolean",
+            {
+                "fragment_id": "f.fragment_id",
+                "table_id": "f.job_id",
+                "distribution_type": "f.distribution_type",
+                "state_table_ids": "f.state_table_ids",
+                "upstream_fragment_ids": "f.upstream_fragment_ids",
+                "flags": "f.flags",
+                "parallelism": "(SELECT count(*) FROM meta.actors a"
+                " WHERE a.fragment_id = f.fragment_id)",
+                "max_parallelism": "256",
+                "parallelism_policy": f"CASE f.distribution_type WHEN 'SINGLE' THEN 'single'"
+                f" ELSE {policy} END",
+                "scan_type": "CASE WHEN list_contains(f.flags, 'STREAM_SCAN')"
+                " THEN 'snapshot_on_create' END",
+                "online_reschedulable": "true",
+            },
+            "meta.fragments f JOIN meta.objects o ON o.id = f.job_id",
+        ),
+        view(
+            "rw_catalog",
+            "rw_actors",
+            "actor_id:integer, fragment_id:integer, worker_id:integer, state:varchar,"
+            " vnode_count:integer",
+            {
+                "actor_id": "a.actor_id",
+                "fragment_id": "a.fragment_id",
+                "worker_id": "a.worker_id",
+                "state": "'RUNNING'",
+                "vnode_count": "a.vnode_count",
+            },
+            "meta.actors a",
+        ),
+        view(
+            "rw_catalog",
+            "rw_worker_nodes",
+            "id:integer, host:varchar, port:integer, type:varchar, state:varchar,"
+            " parallelism:integer, is_streaming:boolean, is_serving:boolean",
+            {
+                "id": "w.id",
+                "host": "w.host",
+                "port": "w.port",
+                "type": "'WORKER_TYPE_COMPUTE_NODE'",
+                "state": "'RUNNING'",
+                "parallelism": "w.slots",
+                "is_streaming": "true",
+                "is_serving": "true",
+            },
+            "meta.workers w",
+        ),
+        view(
+            "rw_catalog",
+            "rw_ddl_progress",
+            "ddl_id:integer, ddl_statement:varchar, create_type:varchar, progress:varchar,"
+            " initialized_at:timestamp with time zone, backfill_type:varchar",
         ),
     ]

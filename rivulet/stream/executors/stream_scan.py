@@ -34,8 +34,11 @@ class StreamScanExecutor(Executor):
         upstream: StateTableSchema,
         columns: list[int],
         wait_committed: Callable[[int], Awaitable[int]],
+        *,
+        snapshot: bool = True,
     ) -> None:
         super().__init__(ctx, schema)
+        self.snapshot = snapshot
         self.input = input
         self.upstream = upstream
         self.columns = columns
@@ -43,7 +46,7 @@ class StreamScanExecutor(Executor):
         self._arrow = schema.arrow()
 
     async def execute(self) -> AsyncIterator[Message]:
-        first = True
+        first = self.snapshot
         async for msg in self.input.execute():
             if isinstance(msg, Barrier):
                 yield msg
