@@ -55,6 +55,7 @@ def table_plan(table: TableCatalog) -> PlanNode:
         table_name=table.name,
         conflict="overwrite",
         state_schema=table.state_schema(),
+        fresh_inserts=table.has_row_id,
     )
 
 

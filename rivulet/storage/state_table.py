@@ -61,7 +61,9 @@ class StateTableSchema:
     def create_sql(self) -> str:
         cols = [f"{VNODE_COLUMN} SMALLINT NOT NULL"]
         for i, (name, dtype) in enumerate(self.columns):
-            nn = " NOT NULL" if i in self.pk or i in self.not_null else ""
+            # Key columns may hold NULL (an MV over an outer join, a NULL group): a
+            # table's primary key is NOT NULL through ``not_null``.
+            nn = " NOT NULL" if i in self.not_null else ""
             cols.append(f"{quote_ident(name)} {dtype.duckdb}{nn}")
         return f"CREATE TABLE {self.physical_name} ({', '.join(cols)})"
 
@@ -225,7 +227,8 @@ class StateTable:
             target = self.schema.physical_name
             if memtable.overwrites:
                 cond = " AND ".join(
-                    f"{target}.{quote_ident(k)} = {name}.{quote_ident(k)}" for k in key_names
+                    f"{target}.{quote_ident(k)} IS NOT DISTINCT FROM {name}.{quote_ident(k)}"
+                    for k in key_names
                 )
                 cursor.execute(f"DELETE FROM {target} USING {name} WHERE {cond}")
             cols = ", ".join(map(quote_ident, [VNODE_COLUMN, *self.schema.column_names]))

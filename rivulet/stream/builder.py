@@ -83,8 +83,9 @@ def _scan(
     assert leaves.wait_committed is not None
     upstream = MergeExecutor(ctx, node.schema, leaves.channels[node.upstream_fragment_id])
     return StreamScanExecutor(
-        ctx, node.schema, upstream, node.state_schema, node.columns, leaves.wait_committed
-    )
+        ctx, node.schema, upstream, node.state_schema, node.columns, leaves.wait_committed,
+        snapshot=node.snapshot,
+    )  # fmt: skip
 
 
 @builds(ProjectNode)
@@ -109,5 +110,6 @@ def _materialize(
 ) -> Executor:
     assert isinstance(node, MaterializeNode) and node.state_schema is not None
     return MaterializeExecutor(
-        ctx, node.schema, inputs[0], StateTable(node.state_schema), conflict=node.conflict
-    )
+        ctx, node.schema, inputs[0], StateTable(node.state_schema), conflict=node.conflict,
+        fresh_inserts=node.fresh_inserts,
+    )  # fmt: skip

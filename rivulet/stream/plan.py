@@ -233,6 +233,8 @@ class MaterializeNode(PlanNode):
     table_name: str = ""
     conflict: str = "none"
     state_schema: StateTableSchema | None = None
+    # A table keyed by generated row ids: a batch of inserts cannot conflict.
+    fresh_inserts: bool = False
 
     def describe(self) -> str:
         return f"Materialize {{ table: {self.table_name} }}"

@@ -34,17 +34,22 @@ class MaterializeExecutor(Executor):
         state: StateTable,
         *,
         conflict: str,
+        fresh_inserts: bool = False,
     ) -> None:
         super().__init__(ctx, schema)
         self.input = input
         self.state = state
         self.conflict = conflict
+        # Inserts of generated row ids never meet an existing key: no lookup needed.
+        self.fresh_inserts = fresh_inserts
         self.state_tables = [state]
 
     async def execute(self) -> AsyncIterator[Message]:
         async for msg in self.input.execute():
             if isinstance(msg, StreamChunk):
-                if self.conflict == "overwrite":
+                if self.conflict == "overwrite" and not (
+                    self.fresh_inserts and bool((msg.ops == Op.INSERT).all())
+                ):
                     out = await self.ctx.run_blocking(lambda cur, m=msg: self.overwrite(m, cur))
                 else:
                     out = await self.ctx.run_blocking(lambda _cur, m=msg: self.write(m))
