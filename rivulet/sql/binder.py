@@ -140,6 +140,14 @@ class Binder:
                 continue
             t = self.ctx.catalog.get_table(s, name)
             if t is not None:
+                if t.kind == "source":
+                    raise sql_error(
+                        FEATURE_NOT_SUPPORTED,
+                        f'cannot query source "{t.name}" directly: a source stores no rows',
+                        hint="Create a materialized view over it, or a table with the connector"
+                        " (CREATE TABLE ... WITH (connector = ...)).",
+                        position=position_of(table),
+                    )
                 self.tables.append(t)
                 return self.table_subquery(t)
         shown = f"{schema}.{name}" if schema else name
@@ -193,9 +201,17 @@ class Binder:
                         node.replace(replacement)
             elif isinstance(node, exp.Div | exp.Mod):
                 fn = "rw_div" if isinstance(node, exp.Div) else "rw_mod"
-                node.replace(self.sys_call(fn, node.this, node.expression))
+                call = self.sys_call(fn, node.this, node.expression)
+                if node is ast:
+                    ast = call
+                else:
+                    node.replace(call)
             elif isinstance(node, exp.Operator):
-                node.replace(self._bind_operator(node))
+                bound_op = self._bind_operator(node)
+                if node is ast:
+                    ast = bound_op
+                else:
+                    node.replace(bound_op)
             elif isinstance(node, exp.Collate):
                 node.replace(node.this)
             elif isinstance(node, exp.Command | exp.Pragma | exp.Set):

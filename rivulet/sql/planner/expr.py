@@ -90,5 +90,9 @@ def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:
         value = node.this.sql(dialect=DUCKDB)
         to = node.args["to"].sql(dialect=DUCKDB)
         predicates.append(f"({value}) IS NOT NULL AND TRY_CAST({value} AS {to}) IS NULL")
-        node.replace(exp.TryCast(this=node.this, to=node.args["to"]))
+        safe = exp.TryCast(this=node.this, to=node.args["to"])
+        if node is tree:
+            tree = safe
+        else:
+            node.replace(safe)
     return tree, predicates

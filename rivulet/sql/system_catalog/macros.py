@@ -62,11 +62,12 @@ PURE: dict[str, str] = {
         lambda p: CASE WHEN starts_with(trim(p), '"')
             THEN replace(trim(p)[2:-2], '""', '"') ELSE lower(trim(p)) END)""",
     # PostgreSQL raises on division by zero where DuckDB yields NULL.
-    "rw_div": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a / b END",
-    "rw_mod": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a % b END",
+    # DuckDB may evaluate a CASE branch for every row of a vector: the divisor is never 0.
+    "rw_div": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a / nullif(b, 0) END",
+    "rw_mod": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a % nullif(b, 0) END",
     # Streaming jobs: a row's error yields NULL instead of failing the job.
-    "rw_div_safe": "(a, b) AS CASE WHEN b = 0 THEN NULL ELSE a / b END",
-    "rw_mod_safe": "(a, b) AS CASE WHEN b = 0 THEN NULL ELSE a % b END",
+    "rw_div_safe": "(a, b) AS a / nullif(b, 0)",
+    "rw_mod_safe": "(a, b) AS a % nullif(b, 0)",
     "pg_type_is_visible": "(type_oid) AS true",
     "pg_function_is_visible": "(fn_oid) AS true",
     "pg_collation_is_visible": "(coll_oid) AS true",
