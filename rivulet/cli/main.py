@@ -6,8 +6,10 @@ Further command groups (``rivulet ctl ...``) hang off the same ``cli`` group.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -15,7 +17,77 @@ from rich.panel import Panel
 
 from rivulet.common.version import __version__
 
+if TYPE_CHECKING:
+    from rivulet.engine import Engine
+
 console = Console(stderr=False, highlight=False)
+_background: set[asyncio.Task[None]] = set()
+
+# ``--demo``: the Nexmark auction streams (1,000 events a second each; event time runs ten
+# times faster than the clock, so windows close every second) and views over them.
+_DEMO_GAP = "nexmark.min.event.gap.in.ns = '1000000'"
+DEMO_SETUP = [
+    f"CREATE SOURCE IF NOT EXISTS person WITH (connector = 'nexmark',"
+    f" nexmark.table.type = 'Person', {_DEMO_GAP})",
+    f"CREATE SOURCE IF NOT EXISTS auction WITH (connector = 'nexmark',"
+    f" nexmark.table.type = 'Auction', {_DEMO_GAP})",
+    f"CREATE SOURCE IF NOT EXISTS bid WITH (connector = 'nexmark',"
+    f" nexmark.table.type = 'Bid', {_DEMO_GAP})",
+    "CREATE MATERIALIZED VIEW IF NOT EXISTS bids_per_auction AS"
+    " SELECT auction, count(*) AS bids, max(price) AS top_price FROM bid GROUP BY auction",
+    "CREATE MATERIALIZED VIEW IF NOT EXISTS top_bidders AS"
+    " SELECT bidder, count(*) AS bids FROM bid GROUP BY bidder ORDER BY bids DESC LIMIT 10",
+    "CREATE MATERIALIZED VIEW IF NOT EXISTS category_prices AS"
+    " SELECT a.category, count(*) AS bids, avg(b.price)::BIGINT AS avg_price,"
+    " max(b.price) AS max_price FROM bid b JOIN auction a ON b.auction = a.id"
+    " GROUP BY a.category",
+    "CREATE MATERIALIZED VIEW IF NOT EXISTS auctions_by_state AS"
+    " SELECT p.state, count(*) AS auctions FROM auction a JOIN person p ON a.seller = p.id"
+    " GROUP BY p.state",
+    "CREATE MATERIALIZED VIEW IF NOT EXISTS bids_per_window AS"
+    " SELECT window_start, count(*) AS bids, max(price) AS top_price"
+    " FROM TUMBLE(bid, date_time, INTERVAL '10' SECOND) GROUP BY window_start",
+]
+DEMO_QUERIES = [
+    "SELECT * FROM bids_per_auction ORDER BY bids DESC LIMIT 5;",
+    "SELECT * FROM top_bidders ORDER BY bids DESC;",
+    "SELECT * FROM category_prices ORDER BY category;",
+    "SELECT * FROM auctions_by_state ORDER BY auctions DESC;",
+    "SELECT * FROM bids_per_window ORDER BY window_start DESC LIMIT 5;",
+    "SHOW MATERIALIZED VIEWS;",
+]
+
+
+async def setup_demo(engine: Engine) -> list[str]:
+    """Create the demo's sources and views (existing ones are kept). Returns a line per
+    statement that failed; the others stand."""
+    session = engine.new_session()
+    failures = []
+    try:
+        for sql in DEMO_SETUP:
+            try:
+                await session.execute(sql)
+            except Exception as exc:  # report and go on: the rest of the demo still works
+                failures.append(f"{sql.split(' AS ')[0]}: {exc}")
+    finally:
+        session.close()
+    return failures
+
+
+async def _announce_demo(engine: Engine, connect: str) -> None:
+    failures = await setup_demo(engine)
+    for line in failures:
+        console.print(f"[yellow]demo:[/yellow] {line}")
+    queries = "\n".join(f"  [cyan]{q}[/cyan]" for q in DEMO_QUERIES)
+    console.print(
+        Panel.fit(
+            "Nexmark auctions are streaming into sources [bold]person[/bold], [bold]auction[/bold]"
+            " and [bold]bid[/bold];\nmaterialized views over them update every second.\n\n"
+            f"connect with  [cyan]{connect}[/cyan]\nand try:\n{queries}",
+            title="demo",
+        )
+    )
+    sys.stdout.flush()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,8 +117,19 @@ def cli() -> None:
     default="warning",
     show_default=True,
 )
+@click.option(
+    "--demo",
+    is_flag=True,
+    default=False,
+    help="Create nexmark sources and a few materialized views over them, live at once.",
+)
 def playground(
-    data_dir: str | None, host: str, port: int, password: str | None, log_level: str
+    data_dir: str | None,
+    host: str,
+    port: int,
+    password: str | None,
+    log_level: str,
+    demo: bool = False,
 ) -> None:
     """Run an embedded instance serving the PostgreSQL protocol (Ctrl-C stops it)."""
     from rivulet.server.pgwire import PgServer, run_playground
@@ -72,6 +155,14 @@ def playground(
             )
         )
         sys.stdout.flush()
+        if demo:
+            task = asyncio.get_running_loop().create_task(
+                _announce_demo(
+                    server.engine, f"psql -h {bound_host} -p {bound_port} -U root -d dev"
+                )
+            )
+            _background.add(task)
+            task.add_done_callback(_background.discard)
 
     try:
         run_playground(data_dir, host, port, password, on_ready=ready)

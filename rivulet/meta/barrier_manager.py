@@ -143,6 +143,12 @@ class BarrierManager:
         state.expected.discard(actor_id)
         if barrier.stops(actor_id):
             self.unregister_actor(actor_id)
+            # Barriers injected after this one while it travelled will never reach it.
+            for later in self._inflight.values():
+                if later.epoch > barrier.epoch and actor_id in later.expected:
+                    later.expected.discard(actor_id)
+                    if not later.expected:
+                        later.collected.set()
         if not state.expected:
             state.collected.set()
             self._wake_commit()
@@ -193,14 +199,16 @@ class BarrierManager:
             table.committed(state.epoch)
         for change in state.changes:
             change.committed()
-        self._committed = state.epoch
-        self._commit_next = state.epoch + 1
-        del self._inflight[state.epoch]
+        self._committed = max(self._committed, state.epoch)
+        # A recovery while this commit ran has moved the numbering on: keep its.
+        self._commit_next = max(self._commit_next, state.epoch + 1)
+        self._inflight.pop(state.epoch, None)
         if sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS:
             # Arrow's allocator keeps freed blocks; give a large epoch's back to the OS.
             pa.default_memory_pool().release_unused()
         assert state.committed is not None
-        state.committed.set_result(state.epoch)
+        if not state.committed.done():  # a recovery meanwhile already failed it
+            state.committed.set_result(state.epoch)
         for epoch in [e for e in self._waiters if e <= state.epoch]:
             for fut in self._waiters.pop(epoch):
                 if not fut.done():

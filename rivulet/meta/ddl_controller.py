@@ -28,9 +28,18 @@ from rivulet.meta.cluster import Cluster
 from rivulet.meta.fragmenter import fragment_job
 from rivulet.meta.fragments import delete_graph, persist_graph
 from rivulet.storage.state_table import StateTableSchema
+from rivulet.stream.connectors import offsets_state_schema
 from rivulet.stream.executor import Field, Schema
 from rivulet.stream.message import StopActors
-from rivulet.stream.plan import DmlNode, MaterializeNode, PlanNode, StreamScanNode
+from rivulet.stream.plan import (
+    DmlNode,
+    ExchangeKind,
+    ExchangeNode,
+    MaterializeNode,
+    PlanNode,
+    SourceNode,
+    StreamScanNode,
+)
 from rivulet.stream.runtime import RunningJob, StreamRuntime
 
 
@@ -46,11 +55,42 @@ class PlannedMaterializedView:
 def table_plan(table: TableCatalog) -> PlanNode:
     """A table's job: its DML inbox into a materialize with overwrite-on-conflict."""
     schema = Schema(Field(c.name, c.type) for c in table.columns)
+    if table.connector:
+        return _connector_table_plan(table, schema)
     dml = DmlNode(schema, list(table.pk), table_id=table.id)
     return MaterializeNode(
         schema,
         list(table.pk),
         inputs=[dml],
+        table_id=table.id,
+        table_name=table.name,
+        conflict="overwrite",
+        state_schema=table.state_schema(),
+        fresh_inserts=table.has_row_id,
+    )
+
+
+def _connector_table_plan(table: TableCatalog, schema: Schema) -> PlanNode:
+    """A table with a connector: the source's rows, hashed by the table's distribution key
+    to the table's actors. Keyed by generated row ids, it only ever appends."""
+    source = SourceNode(
+        schema,
+        list(table.pk),
+        append_only=True,
+        source_id=table.id,
+        source_name=table.name,
+        connector=table.connector or "",
+        options=dict(table.options),
+        state_schema=offsets_state_schema(),
+    )
+    exchange = ExchangeNode(
+        schema, list(table.pk), True, [source], kind=ExchangeKind.HASH, key=list(table.dist_key)
+    )
+    return MaterializeNode(
+        schema,
+        list(table.pk),
+        append_only=table.has_row_id,
+        inputs=[exchange],
         table_id=table.id,
         table_name=table.name,
         conflict="overwrite",
@@ -87,6 +127,24 @@ class DdlController:
             change = CatalogChange()
             table = replace(table, id=self.catalog.allocate_id(change))
             await self._create_job(table, table_plan(table), change)
+            return True
+
+    async def create_source(self, source: TableCatalog, *, if_not_exists: bool = False) -> bool:
+        """Create a source: a catalog entry only. No job runs for it; every job that reads
+        it runs source actors of its own."""
+        async with self.lock:
+            if self.catalog.name_taken(source.schema, source.name):
+                if if_not_exists:
+                    return False
+                raise sql_error(DUPLICATE_TABLE, f'relation "{source.name}" already exists')
+            change = CatalogChange()
+            source = replace(source, id=self.catalog.allocate_id(change))
+            self.catalog.add_table(source, change)
+            try:
+                await self.barrier.checkpoint(change)
+            except BaseException:
+                self.catalog.discard_allocations()
+                raise
             return True
 
     async def create_materialized_view(

@@ -11,22 +11,37 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rivulet.storage.state_table import StateTable
+from rivulet.stream.connectors import ColumnSpec, open_connector
 from rivulet.stream.exchange import Channel
 from rivulet.stream.executor import ActorContext, Executor
 from rivulet.stream.executors.dml import DmlExecutor, Inbox
 from rivulet.stream.executors.filter import FilterExecutor
+from rivulet.stream.executors.hash_agg import HashAggExecutor
+from rivulet.stream.executors.hash_join import HashJoinExecutor
+from rivulet.stream.executors.hop_window import HopWindowExecutor, interval_micros
 from rivulet.stream.executors.materialize import MaterializeExecutor
 from rivulet.stream.executors.merge import MergeExecutor
 from rivulet.stream.executors.project import ProjectExecutor
+from rivulet.stream.executors.simple_agg import SimpleAggExecutor
+from rivulet.stream.executors.source import SourceExecutor
 from rivulet.stream.executors.stream_scan import StreamScanExecutor
+from rivulet.stream.executors.top_n import TopNExecutor
+from rivulet.stream.executors.union import UnionExecutor
 from rivulet.stream.plan import (
     DmlNode,
     FilterNode,
+    HashAggNode,
+    HashJoinNode,
+    HopWindowNode,
     MaterializeNode,
     MergeNode,
     PlanNode,
     ProjectNode,
+    SimpleAggNode,
+    SourceNode,
     StreamScanNode,
+    TopNNode,
+    UnionNode,
 )
 
 
@@ -113,3 +128,79 @@ def _materialize(
         ctx, node.schema, inputs[0], StateTable(node.state_schema), conflict=node.conflict,
         fresh_inserts=node.fresh_inserts,
     )  # fmt: skip
+
+
+@builds(HashJoinNode)
+def _hash_join(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, HashJoinNode) and len(node.state_tables) == 2
+    left, right = node.inputs
+    return HashJoinExecutor(
+        ctx, node.schema, inputs[0], inputs[1], kind=node.kind,
+        left_key=node.left_key, right_key=node.right_key,
+        left_stream_key=left.stream_key, right_stream_key=right.stream_key,
+        left_state=StateTable(node.state_tables[0]), right_state=StateTable(node.state_tables[1]),
+        condition=node.condition,
+    )  # fmt: skip
+
+
+@builds(SourceNode)
+def _source(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, SourceNode) and node.state_schema is not None
+    assert leaves.inbox is not None and leaves.wait_committed is not None
+    columns = [ColumnSpec(f.name, f.type) for f in node.schema]
+    return SourceExecutor(
+        ctx, node.schema, leaves.inbox, open_connector(node.connector, node.options, columns),
+        StateTable(node.state_schema), leaves.wait_committed,
+    )  # fmt: skip
+
+
+@builds(TopNNode)
+def _top_n(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, TopNNode) and len(node.state_tables) == 1
+    if node.with_ties:
+        raise NotImplementedError("ORDER BY ... LIMIT ... WITH TIES")
+    return TopNExecutor(
+        ctx, node.schema, inputs[0], StateTable(node.state_tables[0]),
+        node.order, node.limit, node.offset, node.group_key,
+        append_only=node.inputs[0].append_only,
+    )  # fmt: skip
+
+
+@builds(UnionNode)
+def _union(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    return UnionExecutor(ctx, node.schema, inputs)
+
+
+@builds(HopWindowNode)
+def _hop_window(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, HopWindowNode)
+    return HopWindowExecutor(
+        ctx, node.schema, inputs[0], node.time_col,
+        interval_micros(node.slide), interval_micros(node.size),
+    )  # fmt: skip
+
+
+@builds(HashAggNode)
+def _hash_agg(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, HashAggNode)
+    return HashAggExecutor(ctx, node, inputs[0], leaves.wait_committed)
+
+
+@builds(SimpleAggNode)
+def _simple_agg(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, SimpleAggNode)
+    return SimpleAggExecutor(ctx, node, inputs[0], leaves.wait_committed)

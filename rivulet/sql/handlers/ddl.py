@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 # What later issues bring; until then such statements fail with 0A000 and say so.
 _COMING = {
     "MATERIALIZED VIEW": "CREATE MATERIALIZED VIEW",
-    "SOURCE": "CREATE SOURCE",
     "SINK": "CREATE SINK",
     "INDEX": "CREATE INDEX",
     "VIEW": "CREATE VIEW",
@@ -84,6 +84,8 @@ async def handle_create(session: Session, stmt: Statement, params: list[object])
         return await _create_table(session, stmt, ast)
     if kind == "MATERIALIZED VIEW":
         return await _create_materialized_view(session, stmt, ast)
+    if kind == "SOURCE":
+        return await _create_source(session, stmt, ast)
     what = _COMING.get(kind, f"CREATE {kind}")
     raise sql_error(FEATURE_NOT_SUPPORTED, f"{what} is not supported yet")
 
@@ -204,21 +206,21 @@ async def _create_materialized_view(
 async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:
     target = ast.this
     props = ast.args.get("properties")
-    if props is not None:
-        names = [p.name.lower() for p in props.expressions if isinstance(p, exp.Property)]
-        if "connector" in names:
-            raise sql_error(
-                FEATURE_NOT_SUPPORTED,
-                "tables with a connector (WITH (connector = ...)) are not supported yet",
-                hint="Create a plain table and write to it with INSERT or COPY.",
-            )
-        if any(not isinstance(p, exp.Property) for p in props.expressions) or names:
-            raise sql_error(
-                FEATURE_NOT_SUPPORTED,
-                f"table options are not supported yet: {props.sql(dialect='postgres')}",
-            )
+    options = connector_options(props, "table") if props is not None else None
+    connector = options.get("connector") if options is not None else None
+    if props is not None and connector is None:
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            f"table options are not supported yet: {props.sql(dialect='postgres')}",
+        )
     if isinstance(ast.expression, exp.Query):
+        if connector is not None:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED, "CREATE TABLE AS with a connector is not supported"
+            )
         return await _create_table_as(session, stmt, ast)
+    if connector is not None and isinstance(target, exp.Table):
+        target = exp.Schema(this=target, expressions=[])  # columns from the connector
     if not isinstance(target, exp.Schema):
         raise sql_error(SYNTAX_ERROR, "CREATE TABLE needs a column list or AS query")
     table_ref = target.this
@@ -228,6 +230,8 @@ async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> S
     columns: list[ColumnCatalog] = []
     pk_names: list[str] = []
     for item in target.expressions:
+        if isinstance(item, exp.WatermarkColumnConstraint) and connector is not None:
+            continue  # accepted; state is not cleaned by watermarks yet
         if isinstance(item, exp.ColumnDef):
             col, is_pk = _column(item)
             if any(c.name == col.name for c in columns):
@@ -255,15 +259,158 @@ async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> S
                 f"table constraint is not supported yet: {item.sql(dialect='postgres')}",
                 position=position_of(item),
             )
+    if connector is not None:
+        assert options is not None
+        declared = [(c.name, c.type) for c in columns] if columns else None
+        produced, options = prepare_connector(connector, options, declared)
+        if not columns:
+            columns = [ColumnCatalog(n, t) for n, t in produced]
     if not columns:
         raise sql_error(SYNTAX_ERROR, "a table needs at least one column")
     if len(set(pk_names)) != len(pk_names):
         raise sql_error(DUPLICATE_COLUMN, "primary key column listed more than once")
     table = build_table(schema, name, columns, pk_names, stmt.text)
+    if connector is not None:
+        assert options is not None
+        table = replace(
+            table,
+            connector=connector.lower(),
+            options=tuple(options.items()),
+            append_only=table.has_row_id,
+        )
     created = await session.ctx.ddl.create_table(table, if_not_exists=bool(ast.args.get("exists")))
     if not created:
         return command("CREATE_TABLE", Notice(f'relation "{name}" already exists, skipping'))
     return command("CREATE_TABLE")
+
+
+# ------------------------------------------------------------------ sources
+def connector_options(props: exp.Properties, what: str) -> dict[str, str]:
+    """``WITH (key = value, ...)`` as a dict; ``FORMAT ... ENCODE ...`` is accepted and
+    ignored (built-in connectors produce typed rows, not encoded messages)."""
+    options: dict[str, str] = {}
+    for p in props.expressions:
+        if isinstance(p, exp.FileFormatProperty | exp.EncodeProperty):
+            continue
+        if not isinstance(p, exp.Property):
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f"{what} option is not supported: {p.sql(dialect='postgres')}",
+            )
+        key = _option_key(p.this).lower()
+        if key in options:
+            raise sql_error(SYNTAX_ERROR, f'option "{key}" is given more than once')
+        options[key] = _option_value(p.args.get("value"))
+    return options
+
+
+def _option_key(node: exp.Expression) -> str:
+    if isinstance(node, exp.Dot):
+        return f"{_option_key(node.this)}.{_option_key(node.expression)}"
+    if isinstance(node, exp.Column):
+        return ".".join(part.name for part in node.parts)
+    if isinstance(node, exp.Literal | exp.Identifier | exp.Var):
+        return node.name
+    return node.sql(dialect="postgres")
+
+
+def _option_value(node: exp.Expression | None) -> str:
+    if node is None:
+        return ""
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        return f"-{node.this.this}"
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    if isinstance(node, exp.Identifier | exp.Var | exp.Column):
+        return node.name
+    return node.sql(dialect="postgres")
+
+
+def prepare_connector(
+    connector: str, options: dict[str, str], declared: list[tuple[str, DataType]] | None
+) -> tuple[list[tuple[str, DataType]], dict[str, str]]:
+    """Validate a connector's options against the columns (see ``prepare_source``)."""
+    from rivulet.stream.connectors import prepare_source
+
+    if declared is not None and any(n == ROW_ID_COLUMN for n, _ in declared):
+        raise sql_error(DUPLICATE_COLUMN, f'column name "{ROW_ID_COLUMN}" is reserved')
+    return prepare_source(connector, options, declared)
+
+
+async def _create_source(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:
+    """CREATE SOURCE name [(columns)] WITH (connector = ..., ...) [FORMAT ... ENCODE ...]:
+    a catalog entry; jobs that read it run the connector."""
+    target = ast.this
+    table_ref = target.this if isinstance(target, exp.Schema) else target
+    assert isinstance(table_ref, exp.Table)
+    schema = target_schema(session, table_ref)
+    name = table_ref.name
+    if_not_exists = bool(ast.args.get("exists"))
+    if session.ctx.catalog.name_taken(schema, name) and if_not_exists:
+        return command("CREATE_SOURCE", Notice(f'relation "{name}" already exists, skipping'))
+    props = ast.args.get("properties")
+    options = connector_options(props, "source") if props is not None else {}
+    connector = options.get("connector")
+    if not connector:
+        raise sql_error(
+            SYNTAX_ERROR,
+            "CREATE SOURCE needs WITH (connector = ...)",
+            hint="Built-in connectors: datagen, nexmark.",
+        )
+    declared: list[tuple[str, DataType]] | None = None
+    if isinstance(target, exp.Schema) and target.expressions:
+        declared = []
+        for item in target.expressions:
+            if isinstance(item, exp.WatermarkColumnConstraint):
+                continue  # accepted; state is not cleaned by watermarks yet
+            if isinstance(item, exp.PrimaryKey) or (
+                isinstance(item, exp.ColumnDef) and _column(item)[1]
+            ):
+                raise sql_error(
+                    FEATURE_NOT_SUPPORTED,
+                    "a source cannot have a primary key: its rows are appended",
+                    hint="CREATE TABLE ... (..., PRIMARY KEY (...)) WITH (connector = ...) keeps"
+                    " the last row of each key.",
+                    position=position_of(item),
+                )
+            if not isinstance(item, exp.ColumnDef):
+                raise sql_error(
+                    FEATURE_NOT_SUPPORTED,
+                    f"source constraint is not supported: {item.sql(dialect='postgres')}",
+                    position=position_of(item),
+                )
+            col = _column(item)[0]
+            if any(n == col.name for n, _ in declared):
+                raise sql_error(
+                    DUPLICATE_COLUMN,
+                    f'column "{col.name}" specified more than once',
+                    position=position_of(item),
+                )
+            declared.append((col.name, col.type))
+    produced, options = prepare_connector(connector, options, declared)
+    columns = (
+        *(ColumnCatalog(n, t) for n, t in produced),
+        ColumnCatalog(ROW_ID_COLUMN, BIGINT, True, True),
+    )
+    source = TableCatalog(
+        id=0,
+        schema=schema,
+        name=name,
+        columns=columns,
+        pk=(len(produced),),
+        dist_key=(len(produced),),
+        definition=stmt.text,
+        kind="source",
+        append_only=True,
+        connector=connector.lower(),
+        options=tuple(options.items()),
+    )
+    created = await session.ctx.ddl.create_source(source, if_not_exists=if_not_exists)
+    if not created:
+        return command("CREATE_SOURCE", Notice(f'relation "{name}" already exists, skipping'))
+    return command("CREATE_SOURCE")
 
 
 def build_table(

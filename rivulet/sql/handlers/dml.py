@@ -62,6 +62,12 @@ def resolve_target(session: Session, binder: Binder, ref: exp.Expression) -> Tab
             f'cannot change {table.kind} "{table.name}"',
             hint="Only tables accept INSERT, UPDATE and DELETE.",
         )
+    if table.connector:
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            f'cannot change table "{table.name}": its rows come from connector {table.connector}',
+            hint="Create a table without a connector to write to it.",
+        )
     return table
 
 

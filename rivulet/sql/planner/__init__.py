@@ -10,7 +10,7 @@ from rivulet.common.errors import DUPLICATE_COLUMN, sql_error
 from rivulet.meta.catalog import ColumnCatalog, TableCatalog
 from rivulet.meta.ddl_controller import PlannedMaterializedView
 from rivulet.sql.binder import Binder
-from rivulet.sql.planner.planner import Planned, StreamPlanner
+from rivulet.sql.planner.planner import Planned, StreamPlanner, prune_join_columns
 from rivulet.stream.plan import (
     ExchangeKind,
     ExchangeNode,
@@ -32,6 +32,7 @@ def plan_materialized_view(
     binder = Binder(session.bind_context())
     planner = StreamPlanner(binder, session.ctx.store.cursor)
     planned = planner.plan_query(query.copy())
+    prune_join_columns(planned.node)
     columns = [ColumnCatalog(c.name, c.type, hidden=c.hidden) for c in planned.scope.columns]
     seen: set[str] = set()
     for c in columns:

@@ -13,17 +13,24 @@ the part of the query at fault.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from sqlglot import exp
 
-from rivulet.common.errors import FEATURE_NOT_SUPPORTED, UNDEFINED_TABLE, sql_error
-from rivulet.common.types import BIGINT, BOOLEAN, DataType
+from rivulet.common.errors import (
+    FEATURE_NOT_SUPPORTED,
+    INVALID_PARAMETER_VALUE,
+    UNDEFINED_TABLE,
+    sql_error,
+)
+from rivulet.common.types import BIGINT, BOOLEAN, TIMESTAMP, DataType
 from rivulet.meta.catalog import TableCatalog
 from rivulet.sql.binder import Binder, pg_output_name, position_of
 from rivulet.sql.planner.expr import ExprCompiler
 from rivulet.sql.planner.scope import Scope, ScopeColumn
 from rivulet.storage.state_table import StateTableSchema
+from rivulet.stream.executors.hop_window import interval_micros
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     AggCall,
@@ -224,12 +231,31 @@ class StreamPlanner:
         if len(args) < (3 if name == "tumble" else 4):
             raise sql_error("42601", f"{name.upper()} needs a time column and window sizes")
         time_col = inner.scope.resolve(exp.column(args[1].name))
+        ts_type = inner.scope.columns[time_col].type
+        if ts_type.name not in ("timestamp without time zone", "timestamp with time zone", "date"):
+            raise sql_error(
+                "42883", f"{name.upper()} needs a timestamp, timestamptz or date time column"
+            )
         if name == "tumble":
+            if len(args) > 4:
+                raise sql_error(
+                    "42601", "TUMBLE takes a relation, a time column, a size and an offset"
+                )
             size = self._interval_sql(args[2])
+            size_us = self._window_micros(size, "window size")
+            offset_us = (
+                self._window_micros(self._interval_sql(args[3]), None) if len(args) > 3 else 0
+            )
+            # RisingWave's tumble_start: windows aligned to multiples of the size from the
+            # epoch (plus the offset), in microseconds (a month counts 30 days).
+            ts = (
+                f"c{time_col}"
+                if ts_type.name == "timestamp with time zone"
+                else f"CAST(c{time_col} AS TIMESTAMP)"
+            )
             start = (
-                f"time_bucket({size}, c{time_col}::TIMESTAMP)"
-                if inner.scope.columns[time_col].type.name != "timestamp with time zone"
-                else f"time_bucket({size}, c{time_col})"
+                f"({ts} - to_microseconds((((epoch_us({ts}) - ({offset_us})) % {size_us})"
+                f" + {size_us}) % {size_us}))"
             )
             exprs = [f"c{i}" for i in range(len(inner.scope))]
             exprs += [start, f"({start}) + {size}"]
@@ -252,9 +278,20 @@ class StreamPlanner:
                 ]
             )
             return Planned(node, scope, inner.dist)
+        if len(args) > 4:
+            raise _not_supported("HOP with an offset", item)
         slide = self._interval_sql(args[2])
         size = self._interval_sql(args[3])
-        ts_type = inner.scope.columns[time_col].type
+        slide_us = self._window_micros(slide, "window slide")
+        size_us = self._window_micros(size, "window size")
+        if size_us % slide_us:
+            raise sql_error(
+                INVALID_PARAMETER_VALUE,
+                f"window_size {args[3].sql(dialect='postgres')} cannot be divided by "
+                f"window_slide {args[2].sql(dialect='postgres')}",
+            )
+        if ts_type.name == "date":
+            ts_type = TIMESTAMP  # as RisingWave: windows over a date are timestamps
         n = len(inner.scope)
         node = HopWindowNode(
             Schema(
@@ -280,6 +317,18 @@ class StreamPlanner:
     def _interval_sql(self, e: exp.Expression) -> str:
         bound = self.binder.prepare(e.copy())
         return bound.sql(dialect="duckdb")
+
+    def _window_micros(self, interval_sql: str, what: str | None) -> int:
+        """A window's constant interval in microseconds; ``what`` must be positive."""
+        try:
+            micros = interval_micros(interval_sql)
+        except Exception as exc:
+            raise sql_error(
+                "42601", f"window intervals must be constant intervals: {interval_sql}"
+            ) from exc
+        if what is not None and micros <= 0:
+            raise sql_error(INVALID_PARAMETER_VALUE, f"the {what} must be positive")
+        return micros
 
     # -------------------------------------------------------------------- joins
     def _join(self, left: Planned, join: exp.Join, where: exp.Where | None) -> Planned:
@@ -327,8 +376,7 @@ class StreamPlanner:
         n_left = len(left.scope)
         condition = None
         if on is not None and rest:
-            exprs, _ = self.exprs.compile([exp.and_(*rest)], combined)
-            condition = exprs.strict[0]
+            condition, _ = self.exprs.compile([exp.and_(*rest)], combined)
         left_node = ExchangeNode(
             left.node.schema,
             left.node.stream_key,
@@ -345,7 +393,17 @@ class StreamPlanner:
             kind=ExchangeKind.HASH,
             key=rk,
         )
-        key = list(left.node.stream_key) + [n_left + k for k in right.node.stream_key]
+        # The join key is part of the stream key: a row whose join key changes is
+        # retracted by one actor and re-emitted by another, and downstream must not see
+        # both under one key (their order across actors is not defined).
+        key_cols = list(lk) if kind is not JoinKind.RIGHT else []
+        if kind in (JoinKind.RIGHT, JoinKind.FULL):
+            key_cols += [n_left + k for k in rk]
+        key = list(
+            dict.fromkeys(
+                [*left.node.stream_key, *(n_left + k for k in right.node.stream_key), *key_cols]
+            )
+        )
         schema = Schema(list(left.node.schema) + list(right.node.schema))
         node = HashJoinNode(
             schema,
@@ -357,8 +415,8 @@ class StreamPlanner:
             right_key=rk,
             condition=condition,
             state_tables=[
-                join_state_schema(left.node, lk),
-                join_state_schema(right.node, rk),
+                join_state_schema(left.node, lk, kind in (JoinKind.LEFT, JoinKind.FULL)),
+                join_state_schema(right.node, rk, kind in (JoinKind.RIGHT, JoinKind.FULL)),
             ],
         )
         scope = combined
@@ -441,6 +499,9 @@ class StreamPlanner:
             for node in t.find_all(exp.AggFunc):
                 if node.find_ancestor(exp.Window):
                     continue
+                # agg(...) FILTER (WHERE ...) is its own aggregate.
+                if isinstance(node.parent, exp.Filter):
+                    node = node.parent
                 if not any(node == f for f in found):
                     found.append(node)
         return found
@@ -498,10 +559,12 @@ class StreamPlanner:
         # The pre-projection keeps no key: the aggregation's key is the group key.
         agg_calls: list[AggCall] = []
         for kind, arg_idx, distinct, filt_idx, agg in calls:
+            if kind in ("min", "max") and pre_types[arg_idx[0]].name == "interval":
+                raise _not_supported(f"{kind}() over an interval", agg)
             out_type = self._agg_type(kind, [pre_types[i] for i in arg_idx], agg)
             agg_calls.append(
                 AggCall(kind, tuple(arg_idx), out_type, distinct, filt_idx,
-                        delimiter=arg_idx[1] if kind == "string_agg" and len(arg_idx) > 1 else None)
+                        delimiter=arg_idx[1] if kind.startswith("string_agg") and len(arg_idx) > 1 else None)
             )  # fmt: skip
         out_fields = [Field(f"g{i}", pre_types[i]) for i in range(g)]
         out_fields += [Field(f"a{i}", c.output_type) for i, c in enumerate(agg_calls)]
@@ -539,7 +602,13 @@ class StreamPlanner:
         def rewrite(e: exp.Expression) -> exp.Expression:
             e = e.copy()
             for i, (_, _, _, _, agg) in enumerate(calls):
-                for hit in [n for n in e.find_all(type(agg)) if n == agg]:
+                hits = [
+                    n
+                    for n in e.find_all(type(agg))
+                    if n == agg
+                    and (isinstance(agg, exp.Filter) or not isinstance(n.parent, exp.Filter))
+                ]
+                for hit in hits:
                     if hit is e:
                         e = exp.column(f"__a{i}")
                     else:
@@ -576,12 +645,9 @@ class StreamPlanner:
         self, agg: exp.Expression
     ) -> tuple[str, list[exp.Expression], bool, exp.Expression | None]:
         filt = None
-        if isinstance(agg.parent, exp.Filter):
-            filt = (
-                agg.parent.expression.this
-                if isinstance(agg.parent.expression, exp.Where)
-                else agg.parent.expression
-            )
+        if isinstance(agg, exp.Filter):
+            filt = agg.expression.this if isinstance(agg.expression, exp.Where) else agg.expression
+            agg = agg.this
         kind = _AGG_KINDS.get(type(agg))
         if kind is None:
             name = agg.sql_name().lower() if isinstance(agg, exp.Func) else type(agg).__name__
@@ -621,7 +687,7 @@ class StreamPlanner:
         base = kind.removesuffix("_distinct")
         sql = {
             "sum": "sum(c0)", "min": "min(c0)", "max": "max(c0)", "avg": "avg(c0)",
-            "string_agg": "string_agg(c0, c1)",
+            "string_agg": "string_agg(c0, ',')",
         }[base]  # fmt: skip
         return self.exprs.types_of([sql], arg_types)[0]
 
@@ -892,24 +958,83 @@ def _hidden_name(name: str, taken: list[str]) -> str:
 
 
 # -------------------------------------------------------------- state layouts
-def join_state_schema(side: PlanNode, key: list[int]) -> StateTableSchema:
-    """A join side's rows keyed by (join key, stream key); id assigned by the fragmenter."""
-    cols = tuple((f.name if f.name else f"c{i}", f.type) for i, f in enumerate(side.schema))
-    cols = tuple((f"c{i}", t) for i, (_, t) in enumerate(cols))
-    pk = tuple(dict.fromkeys([*key, *side.stream_key]))
-    return StateTableSchema(0, cols, pk, tuple(key))
+def join_state_schema(
+    side: PlanNode, key: list[int], degree: bool = False, columns: list[int] | None = None
+) -> StateTableSchema:
+    """A join side's rows keyed by (join key, stream key); id assigned by the fragmenter.
+    ``degree``: the side an outer join preserves also keeps, per row, how many rows of the
+    other side match it (``_degree``), to know when its NULL-padded row comes and goes.
+    ``columns``: the input columns kept (default all; the key and stream key always); each
+    is stored as ``c<its input index>``, which tells the executor which ones it has."""
+    kept = sorted(set(range(len(side.schema)) if columns is None else columns))
+    kept = sorted(set(kept) | set(key) | set(side.stream_key))
+    cols = tuple((f"c{i}", side.schema[i].type) for i in kept)
+    if degree:
+        cols += (("_degree", BIGINT),)
+    position = {c: p for p, c in enumerate(kept)}
+    pk = tuple(position[i] for i in dict.fromkeys([*key, *side.stream_key]))
+    return StateTableSchema(0, cols, pk, tuple(position[i] for i in key))
+
+
+_COLUMN_REF = re.compile(r"\bc(\d+)\b")
+
+
+def _column_refs(sqls: list[str]) -> set[int]:
+    """Input columns an expression may read (a superset: a literal 'c3' counts too)."""
+    return {int(m) for sql in sqls for m in _COLUMN_REF.findall(sql)}
+
+
+def _expr_sqls(exprs: ExprSet | None) -> list[str]:
+    if exprs is None:
+        return []
+    return [*exprs.strict, *exprs.safe, *exprs.error_predicates]
+
+
+def prune_join_columns(root: PlanNode) -> None:
+    """Joins keep in their state (and emit) only the columns that something above reads:
+    the rest of a side is never stored and leaves the join as NULL. A bid-auction join
+    aggregated per category then stores (auction, price, row id) of each bid, not the
+    whole bid. Call on the root of a job's plan once it is complete."""
+
+    def visit(node: PlanNode, required: set[int]) -> None:
+        if isinstance(node, HashJoinNode):
+            left, right = node.inputs
+            n_left = len(left.schema)
+            need = set(required) | set(node.stream_key) | set(node.left_key)
+            need |= {n_left + k for k in node.right_key}
+            need |= _column_refs(_expr_sqls(node.condition))
+            left_need = sorted(i for i in need if i < n_left)
+            right_need = sorted(i - n_left for i in need if i >= n_left)
+            degrees = [any(c[0] == "_degree" for c in t.columns) for t in node.state_tables]
+            node.state_tables = [
+                join_state_schema(left, node.left_key, degrees[0], left_need),
+                join_state_schema(right, node.right_key, degrees[1], right_need),
+            ]
+            visit(left, set(left_need))
+            visit(right, set(right_need))
+        elif isinstance(node, ProjectNode):
+            visit(node.inputs[0], _column_refs(_expr_sqls(node.exprs)))
+        elif isinstance(node, FilterNode):
+            visit(node.inputs[0], required | _column_refs(_expr_sqls(node.condition)))
+        elif isinstance(node, ExchangeNode):
+            visit(node.inputs[0], required | set(node.key) | set(node.stream_key))
+        else:
+            for child in node.inputs:
+                visit(child, set(range(len(child.schema))))
+
+    visit(root, set(range(len(root.schema))))
 
 
 def agg_state_schemas(
     input_schema: Schema, group_key: list[int], aggs: list[AggCall], append_only: bool
 ) -> list[StateTableSchema]:
-    """The aggregation's result table: group keys, then each aggregate's state (its
-    output value) and a row count; executors may add tables of their own kinds."""
-    cols = [(f"g{i}", input_schema[k].type) for i, k in enumerate(group_key)]
-    cols += [(f"a{i}", a.output_type) for i, a in enumerate(aggs)]
-    cols.append(("_row_count", BIGINT))
-    key = tuple(range(len(group_key)))
-    return [StateTableSchema(0, tuple(cols), key, key)]
+    """The aggregation's result table (group keys, each aggregate's intermediate state,
+    a row count), then a value table per aggregate that keeps its groups' values
+    (DISTINCT, or min/max/string_agg over an input that deletes): the layout is the
+    executor's (``rivulet.stream.executors.agg_state``)."""
+    from rivulet.stream.executors.agg_state import agg_state_schemas as layout
+
+    return layout(input_schema, group_key, aggs, append_only)
 
 
 def topn_state_schema(node: PlanNode) -> StateTableSchema:
@@ -918,5 +1043,7 @@ def topn_state_schema(node: PlanNode) -> StateTableSchema:
 
 
 def source_state_schema() -> StateTableSchema:
-    """Per-split offsets of a source (split id -> offset)."""
-    return StateTableSchema(0, (("split_id", BIGINT), ("offset", BIGINT)), (0,), (0,))
+    """Per-split offsets of a source (split id -> offset): the connectors' layout."""
+    from rivulet.stream.connectors import offsets_state_schema
+
+    return offsets_state_schema()

@@ -25,6 +25,13 @@ class Inbox:
     async def get(self) -> Message:
         return await self._queue.get()
 
+    def get_nowait(self) -> Message | None:
+        """The next message if one is waiting (a source checks between chunks)."""
+        try:
+            return self._queue.get_nowait()
+        except asyncio.QueueEmpty:
+            return None
+
 
 class DmlExecutor(Executor):
     def __init__(self, ctx: ActorContext, schema: Schema, inbox: Inbox) -> None:
