@@ -72,6 +72,10 @@ class BarrierManager:
         self._commit_wakeup: asyncio.Event | None = None
         # Bumped when a commit fails: a statement that wrote before must not succeed.
         self.failures = 0
+        # A failure reported while a commit runs waits for it: rebuilding from the last
+        # checkpoint must not read state that the running commit is about to change.
+        self._committing = False
+        self._deferred_failure: Error | None = None
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -178,13 +182,19 @@ class BarrierManager:
                 self._commit_wakeup.clear()
                 await self._commit_wakeup.wait()
                 continue
+            self._committing = True
             try:
                 await self._commit(nxt, loop)
             except Exception as exc:
                 log.exception("checkpoint of epoch %d failed", nxt.epoch)
-                self.recover(
-                    sql_error(INTERNAL_ERROR, f"checkpoint of epoch {nxt.epoch} failed: {exc}")
+                self._deferred_failure = self._deferred_failure or sql_error(
+                    INTERNAL_ERROR, f"checkpoint of epoch {nxt.epoch} failed: {exc}"
                 )
+            finally:
+                self._committing = False
+            if self._deferred_failure is not None:
+                error, self._deferred_failure = self._deferred_failure, None
+                self.recover(error)
 
     async def _commit(self, state: _Epoch, loop: asyncio.AbstractEventLoop) -> None:
         # Catalog changes create their state tables first and drop them last.
@@ -199,16 +209,14 @@ class BarrierManager:
             table.committed(state.epoch)
         for change in state.changes:
             change.committed()
-        self._committed = max(self._committed, state.epoch)
-        # A recovery while this commit ran has moved the numbering on: keep its.
-        self._commit_next = max(self._commit_next, state.epoch + 1)
-        self._inflight.pop(state.epoch, None)
+        self._committed = state.epoch
+        self._commit_next = state.epoch + 1
+        del self._inflight[state.epoch]
         if sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS:
             # Arrow's allocator keeps freed blocks; give a large epoch's back to the OS.
             pa.default_memory_pool().release_unused()
         assert state.committed is not None
-        if not state.committed.done():  # a recovery meanwhile already failed it
-            state.committed.set_result(state.epoch)
+        state.committed.set_result(state.epoch)
         for epoch in [e for e in self._waiters if e <= state.epoch]:
             for fut in self._waiters.pop(epoch):
                 if not fut.done():
@@ -246,6 +254,9 @@ class BarrierManager:
         """Something failed (an actor, a commit): every epoch not yet committed is lost.
         Statements waiting on them get ``error``; the engine rebuilds the dataflow from
         the last committed checkpoint (``on_failure``) and barriers go on from there."""
+        if self._committing:
+            self._deferred_failure = self._deferred_failure or error
+            return
         self.failures += 1
         self.recoveries += 1
         log.error("recovering from: %s", error.message)
