@@ -44,12 +44,14 @@ def connect(
     user: str = "root",
     workers: int | None = None,
     slots: int | None = None,
-    barrier_interval_ms: int = 1000,
+    barrier_interval_ms: int | None = None,
     deterministic: bool = False,
 ) -> Connection:
-    """Open a connection: in memory when ``path`` is None, else to a data directory.
+    """Open a connection: in memory when ``path`` is None or ":memory:", else to a data
+    directory.
 
     ``workers``/``slots``: the compute layout (default: one worker, a slot per core).
+    ``barrier_interval_ms``: overrides the stored system parameter for this run.
     ``deterministic``: barriers only when statements ask for them and no worker threads,
     so that a run replays exactly (tests). The options apply when the engine opens; a
     second connection to an open directory shares its engine as it is.
@@ -60,7 +62,7 @@ def connect(
         barrier_interval_ms=barrier_interval_ms,
         deterministic=deterministic,
     )
-    if path is None:
+    if path is None or str(path) == ":memory:":  # ":memory:" as sqlite3 and DuckDB take it
         thread = EngineThread(Engine(None, options))
         return Connection(thread, user, key=None)
     key = str(Path(path).resolve())

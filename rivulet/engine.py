@@ -23,6 +23,7 @@ from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
+from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
@@ -43,7 +44,8 @@ class EngineOptions:
     query_threads: int | None = None
     workers: int | None = None
     slots: int | None = None
-    barrier_interval_ms: int = 1000
+    # None: the stored system parameter (default 1000); a number overrides it for this run.
+    barrier_interval_ms: int | None = None
     deterministic: bool = False
 
 
@@ -73,6 +75,7 @@ class Engine:
             self.catalog = Catalog(self.store)
             self.system = SystemCatalog()
             self.store.run_setup(self.system.setup_sql())
+            self.params = SystemParams(self.store)
             self.cluster = Cluster(self.store, workers=options.workers, slots=options.slots)
             self.store.lock_configuration()
             self._commit_executor = ThreadPoolExecutor(1, thread_name_prefix="rivulet-commit")
@@ -81,12 +84,14 @@ class Engine:
             self.barrier = BarrierManager(
                 self.store,
                 self._commit_executor,
-                interval_ms=options.barrier_interval_ms,
+                interval_ms=options.barrier_interval_ms
+                or int(self.params.get("barrier_interval_ms")),
                 periodic=not options.deterministic,
             )
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
             self.barrier.on_failure = self._rebuild_dataflow
+            self.params.on_change.append(self._apply_system_param)
             self.ddl.replan = self._replan_materialized_view
             self.frontend = FrontendContext(
                 store=self.store,
@@ -95,6 +100,7 @@ class Engine:
                 runtime=self.runtime,
                 barrier=self.barrier,
                 ddl=self.ddl,
+                params=self.params,
                 query_executor=self._query_executor,
             )
         except BaseException:
@@ -113,6 +119,10 @@ class Engine:
         self.store.run_setup(restored_graph_sql(jobs))
         for job in jobs:
             self.runtime.start_job(job)
+
+    def _apply_system_param(self, name: str, value: str) -> None:
+        if name == "barrier_interval_ms":
+            self.barrier.interval_ms = int(value)
 
     def _replan_materialized_view(self, table: TableCatalog) -> PlanNode:
         """An MV's stream plan, planned again from its definition (restart, recovery)."""

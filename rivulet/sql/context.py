@@ -16,6 +16,7 @@ from rivulet.common.chunk import ROW_ID_COLUMN
 from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog, TableCatalog
 from rivulet.meta.ddl_controller import DdlController
+from rivulet.meta.system_params import SystemParams
 from rivulet.sql.system_catalog import SystemCatalog
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import StateTableSchema, quote_ident
@@ -67,6 +68,7 @@ class FrontendContext:
     runtime: StreamRuntime
     barrier: BarrierManager
     ddl: DdlController
+    params: SystemParams
     query_executor: ThreadPoolExecutor
     session_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     database: str = "dev"

@@ -50,6 +50,8 @@ def evaluate(
     cur: duckdb.DuckDBPyConnection, table: pa.Table, exprs: ExprSet
 ) -> tuple[pa.Table, int]:
     """The expressions' values per row (columns c0..), and how many rows had an error."""
+    if not exprs.strict:  # e.g. count(*)'s pre-projection: rows without columns
+        return table.select([]), 0
     select = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs.strict))
     try:
         return _run(cur, table, select), 0

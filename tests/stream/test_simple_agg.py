@@ -34,6 +34,8 @@ QUERIES: dict[str, tuple[str, dict[int, str]]] = {
         " count(*) + coalesce(sum(a), 0) AS x FROM t WHERE id < 12",
         {3: "/"},
     ),
+    # count(*) alone reads no input column.
+    "count_only": ("SELECT count(*) AS n FROM t", {}),
 }
 
 KS = st.one_of(st.none(), st.integers(0, 3))

@@ -10,7 +10,7 @@ from sqlglot import exp
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, INSUFFICIENT_PRIVILEGE, sql_error
 from rivulet.common.types import DataType
 from rivulet.sql import dialect
-from rivulet.sql.handlers import copy, ddl, dml, misc, query, session_statements, show
+from rivulet.sql.handlers import alter, copy, ddl, dml, misc, query, session_statements, show
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, StatementResult
 
@@ -26,7 +26,7 @@ _HANDLERS: list[tuple[type[exp.Expression], Handler]] = [
     (exp.Delete, dml.handle_delete),
     (exp.Create, ddl.handle_create),
     (exp.Drop, ddl.handle_drop),
-    (exp.Alter, ddl.handle_alter),
+    (exp.Alter, alter.handle_alter),
     (exp.Copy, copy.handle_copy),
     (exp.Describe, show.handle_describe),
     (dialect.ShowStatement, show.handle_show),

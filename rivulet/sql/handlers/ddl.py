@@ -588,14 +588,3 @@ async def handle_drop(session: Session, stmt: Statement, params: list[object]) -
         if table.id in session.ctx.catalog.tables:  # not dropped by an earlier CASCADE
             await session.ctx.ddl.drop(table, cascade=cascade)
     return command(tag, *notices)
-
-
-async def handle_alter(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    text = " ".join(stmt.text.split()).upper()
-    if "PARALLELISM" in text:
-        raise sql_error(
-            FEATURE_NOT_SUPPORTED,
-            "ALTER ... SET PARALLELISM is not supported yet",
-            hint="Tables are written by a single writer until the streaming engine arrives.",
-        )
-    raise sql_error(FEATURE_NOT_SUPPORTED, "ALTER is not supported yet")

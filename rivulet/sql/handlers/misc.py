@@ -108,7 +108,7 @@ async def handle_command(
     words = stmt.text.split()
     head = " ".join(words[:2]).upper() if words else ""
     if head.startswith("ALTER"):
-        from rivulet.sql.handlers.ddl import handle_alter
+        from rivulet.sql.handlers.alter import handle_alter
 
         return await handle_alter(session, stmt, params)
     if head.startswith(("CREATE", "DROP")):

@@ -99,7 +99,7 @@ async def handle_show(session: Session, stmt: Statement, params: list[object]) -
         table = _table(session, name)
         return rows_result(["Name", "Create Sql"], [(table.qualified_name, table.definition)])
     if what in ("parameters",):
-        return rows_result(["Name", "Value", "Mutable"], [])
+        return rows_result(["Name", "Value", "Mutable"], session.ctx.params.rows())
     if what == "processlist":
         return rows_result(["Id", "User", "Host", "Database", "Time", "Info"], [])
     if what in ("cluster", "worker nodes"):

@@ -1086,6 +1086,8 @@ class AggCore:
             exprs.append(pl.col("_r"))
         columns = [to_polars(data.column(i), f"c{i}") for i in self.used]
         columns += [pl.Series(name, v) for name, v in ctx.extra.items()]
+        if not columns:  # count(*) alone reads no column: the frame still needs its rows
+            columns.append(pl.Series("_n", np.zeros(n, dtype=np.int8)))
         frame = pl.DataFrame(columns)
         keys = [f"c{i}" for i in self.group_key]
         if keys:

@@ -26,4 +26,6 @@ class ProjectExecutor(Executor):
                 lambda cur, m=msg: evaluate(cur, m.data, self.exprs)
             )
             self.ctx.expression_errors += errors
-            yield StreamChunk(out.rename_columns(self.schema.names).cast(self._arrow), msg.ops)
+            if out.num_columns:  # casting a table without columns would lose its rows
+                out = out.rename_columns(self.schema.names).cast(self._arrow)
+            yield StreamChunk(out, msg.ops)

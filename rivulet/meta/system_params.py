@@ -1,0 +1,129 @@
+"""System parameters: cluster-wide settings stored in the meta store, shown by
+``SHOW PARAMETERS`` and changed by ``ALTER SYSTEM SET name = value``.
+
+A change is committed with a checkpoint like any catalog change and takes effect once
+committed (``on_change`` callbacks, e.g. the barrier manager's interval).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rivulet.common.errors import (
+    CANT_CHANGE_RUNTIME_PARAM,
+    INVALID_PARAMETER_VALUE,
+    UNDEFINED_OBJECT,
+    sql_error,
+)
+from rivulet.meta.catalog import CatalogChange
+from rivulet.storage.state_store import META_SCHEMA, StateStore
+
+
+def _int_in(low: int, high: int) -> Callable[[str, str], str]:
+    def check(name: str, value: str) -> str:
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or not low <= number <= high:
+            raise sql_error(
+                INVALID_PARAMETER_VALUE,
+                f'invalid value for system parameter "{name}": "{value}"',
+                hint=f"Expected an integer from {low} to {high}.",
+            )
+        return str(number)
+
+    return check
+
+
+@dataclass(frozen=True)
+class SystemParam:
+    name: str
+    default: str
+    description: str
+    # None: fixed for the life of the data directory.
+    check: Callable[[str, str], str] | None
+
+
+PARAMS: dict[str, SystemParam] = {
+    p.name: p
+    for p in (
+        SystemParam(
+            "barrier_interval_ms",
+            "1000",
+            "The interval of barrier injection: how often an epoch is checkpointed.",
+            _int_in(10, 3_600_000),
+        ),
+        SystemParam(
+            "checkpoint_frequency",
+            "1",
+            "Barriers per checkpoint: every barrier is a checkpoint in Rivulet.",
+            None,
+        ),
+        SystemParam(
+            "state_store",
+            "duckdb",
+            "Where operator state and tables are stored.",
+            None,
+        ),
+    )
+}
+
+
+class SystemParams:
+    """The stored values of the system parameters (defaults where none is stored)."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        store.run_setup(
+            [
+                f"CREATE TABLE IF NOT EXISTS {META_SCHEMA}.system_params ("
+                "name VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)"
+            ]
+        )
+        stored = dict(
+            store.cursor()
+            .execute(f"SELECT name, value FROM {META_SCHEMA}.system_params")
+            .fetchall()
+        )
+        self._values = {name: stored.get(name, p.default) for name, p in PARAMS.items()}
+        # Called with (name, value) once a change is committed.
+        self.on_change: list[Callable[[str, str], None]] = []
+
+    def get(self, name: str) -> str:
+        return self._values[name]
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(name, value, mutable) in name order, as SHOW PARAMETERS lists them."""
+        return [
+            (n, self._values[n], "true" if PARAMS[n].check is not None else "false")
+            for n in sorted(PARAMS)
+        ]
+
+    def prepare_set(self, name: str, value: str | None, change: CatalogChange) -> str:
+        """Validate ``name = value`` (None: back to the default) and add it to ``change``.
+        Returns the value that will be stored. Raises without touching anything."""
+        param = PARAMS.get(name.lower())
+        if param is None:
+            raise sql_error(
+                UNDEFINED_OBJECT,
+                f'unrecognized system parameter "{name}"',
+                hint="SHOW PARAMETERS lists the system parameters.",
+            )
+        if param.check is None:
+            raise sql_error(
+                CANT_CHANGE_RUNTIME_PARAM,
+                f'system parameter "{param.name}" cannot be changed',
+            )
+        new = param.default if value is None else param.check(param.name, value)
+        change.statements.append(
+            (f"INSERT OR REPLACE INTO {META_SCHEMA}.system_params VALUES (?, ?)", [param.name, new])
+        )
+        change.on_commit.append(lambda: self._changed(param.name, new))
+        return new
+
+    def _changed(self, name: str, value: str) -> None:
+        self._values[name] = value
+        for fn in self.on_change:
+            fn(name, value)
