@@ -29,6 +29,7 @@ from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
 from rivulet.storage.state_store import META_SCHEMA, StateStore, StoreOptions
 from rivulet.stream.plan import MaterializeNode, PlanNode
+from rivulet.stream.row_errors import RowErrorLog
 from rivulet.stream.runtime import RunningJob, StreamRuntime
 
 T = TypeVar("T")
@@ -55,6 +56,7 @@ class EngineServices:
     def __init__(self, engine: Engine) -> None:
         self.store = engine.store
         self.barrier_sink = engine.barrier
+        self.row_errors = engine.row_errors
         self._engine = engine
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
@@ -81,12 +83,14 @@ class Engine:
             self._commit_executor = ThreadPoolExecutor(1, thread_name_prefix="rivulet-commit")
             threads = options.query_threads or max(4, 2 * (os.cpu_count() or 2))
             self._query_executor = ThreadPoolExecutor(threads, thread_name_prefix="rivulet-query")
+            self.row_errors = RowErrorLog()
             self.barrier = BarrierManager(
                 self.store,
                 self._commit_executor,
                 interval_ms=options.barrier_interval_ms
                 or int(self.params.get("barrier_interval_ms")),
                 periodic=not options.deterministic,
+                row_errors=self.row_errors,
             )
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)

@@ -23,10 +23,11 @@ import pyarrow as pa
 
 from rivulet.common.errors import INTERNAL_ERROR, Error, sql_error
 from rivulet.meta.catalog import CatalogChange
-from rivulet.storage.state_store import StateStore
+from rivulet.storage.state_store import META_SCHEMA, StateStore
 from rivulet.storage.state_table import MemTable, StateTable
 from rivulet.stream.executors.dml import Inbox
 from rivulet.stream.message import Barrier, Mutation
+from rivulet.stream.row_errors import RowErrorLog
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,10 @@ class BarrierManager:
         *,
         interval_ms: int = 1000,
         periodic: bool = True,
+        row_errors: RowErrorLog | None = None,
     ) -> None:
         self.store = store
+        self.row_errors = row_errors
         self._executor = commit_executor
         self.interval_ms = interval_ms
         self.periodic = periodic
@@ -203,6 +206,8 @@ class BarrierManager:
         ]
         writes += [partial(table.flush, memtable) for table, memtable in state.sealed]
         writes += [c.write for c in state.changes]
+        if self.row_errors is not None and (counted := self.row_errors.take_unsaved()):
+            writes.append(partial(_save_row_errors, counted))
         if writes:
             await loop.run_in_executor(self._executor, self.store.commit_epoch, state.epoch, writes)
         for table, _ in state.sealed:
@@ -275,3 +280,14 @@ class BarrierManager:
         self._inboxes.clear()
         if self.on_failure is not None:
             self.on_failure(error)
+
+
+def _save_row_errors(
+    counted: list[tuple[int, int, str, int]], cur: duckdb.DuckDBPyConnection
+) -> None:
+    cur.executemany(
+        f"INSERT INTO {META_SCHEMA}.row_errors VALUES (?, ?, ?, ?, now()) "
+        "ON CONFLICT (job_id, fragment_id, operator) DO UPDATE SET "
+        "count = count + excluded.count, last_seen = excluded.last_seen",
+        [list(row) for row in counted],
+    )

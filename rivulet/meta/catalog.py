@@ -158,6 +158,10 @@ _META_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.actors (
         actor_id INTEGER PRIMARY KEY, fragment_id INTEGER NOT NULL, worker_id INTEGER NOT NULL,
         vnode_count INTEGER NOT NULL, vnodes UTINYINT[] NOT NULL)""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.row_errors (
+        job_id INTEGER NOT NULL, fragment_id INTEGER NOT NULL, operator VARCHAR NOT NULL,
+        count BIGINT NOT NULL, last_seen TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (job_id, fragment_id, operator))""",
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.workers (
         id INTEGER PRIMARY KEY, host VARCHAR NOT NULL, port INTEGER NOT NULL,
         slots INTEGER NOT NULL)""",

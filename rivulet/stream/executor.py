@@ -20,6 +20,7 @@ from rivulet.common.types import DataType, arrow_type_of
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import MemTable, StateTable
 from rivulet.stream.message import Barrier, Message
+from rivulet.stream.row_errors import RowErrorLog
 
 T = TypeVar("T")
 
@@ -67,6 +68,7 @@ class StreamServices(Protocol):
 
     store: StateStore
     barrier_sink: BarrierSink
+    row_errors: RowErrorLog
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T: ...
 
@@ -80,8 +82,11 @@ class ActorContext:
     job_id: int
     vnodes: np.ndarray  # bool[256]: the vnodes this actor owns
     services: StreamServices
-    # Rows whose expressions failed (division by zero, bad cast): NULL instead, counted.
-    expression_errors: int = 0
+
+    def report_row_errors(self, operator: str, rows: int) -> None:
+        """``rows`` rows failed to evaluate in ``operator`` and got NULL instead."""
+        if rows:
+            self.services.row_errors.record(self.job_id, self.fragment_id, operator, rows)
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         return await self.services.run_blocking(fn)

@@ -221,6 +221,22 @@ def streaming_views() -> list[SystemView]:
         ),
         view(
             "rw_catalog",
+            "rw_stream_errors",
+            "job_id:integer, job_name:varchar, fragment_id:integer, operator:varchar,"
+            " error_type:varchar, count:bigint, last_seen:timestamp with time zone",
+            {
+                "job_id": "e.job_id",
+                "job_name": "o.name",
+                "fragment_id": "e.fragment_id",
+                "operator": "e.operator",
+                "error_type": "'expression evaluation'",
+                "count": "e.count",
+                "last_seen": "e.last_seen",
+            },
+            "meta.row_errors e JOIN meta.objects o ON o.id = e.job_id",
+        ),
+        view(
+            "rw_catalog",
             "rw_ddl_progress",
             "ddl_id:integer, ddl_statement:varchar, create_type:varchar, progress:varchar,"
             " initialized_at:timestamp with time zone, backfill_type:varchar",

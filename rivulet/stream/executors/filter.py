@@ -50,7 +50,7 @@ class FilterExecutor(Executor):
             mask, errors = await self.ctx.run_blocking(
                 lambda cur, m=msg: evaluate_predicate(cur, m.data, self.condition)
             )
-            self.ctx.expression_errors += errors
+            self.ctx.report_row_errors("Filter", errors)
             out = filter_chunk(msg, mask)
             if out.num_rows:
                 yield out

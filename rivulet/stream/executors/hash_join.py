@@ -342,7 +342,7 @@ class HashJoinExecutor(Executor):
         matched = self._pairs(s, data, li, o, ri)
         if self.condition is not None and len(li):
             mask, errors = evaluate_predicate(cur, matched, self.condition)
-            self.ctx.expression_errors += errors
+            self.ctx.report_row_errors("HashJoin", errors)
             if not mask.all():
                 li, ri = li[mask], ri[mask]
                 matched = matched.filter(pa.array(mask))

@@ -25,7 +25,7 @@ class ProjectExecutor(Executor):
             out, errors = await self.ctx.run_blocking(
                 lambda cur, m=msg: evaluate(cur, m.data, self.exprs)
             )
-            self.ctx.expression_errors += errors
+            self.ctx.report_row_errors("Project", errors)
             if out.num_columns:  # casting a table without columns would lose its rows
                 out = out.rename_columns(self.schema.names).cast(self._arrow)
             yield StreamChunk(out, msg.ops)
