@@ -118,6 +118,18 @@ def cli() -> None:
     show_default=True,
 )
 @click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Compute workers to run in this process [default: 1, or as stored in the data dir].",
+)
+@click.option(
+    "--slots",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Slots per worker [default: the CPU cores, or as stored in the data dir].",
+)
+@click.option(
     "--demo",
     is_flag=True,
     default=False,
@@ -129,9 +141,12 @@ def playground(
     port: int,
     password: str | None,
     log_level: str,
+    workers: int | None = None,
+    slots: int | None = None,
     demo: bool = False,
 ) -> None:
     """Run an embedded instance serving the PostgreSQL protocol (Ctrl-C stops it)."""
+    from rivulet.engine import EngineOptions
     from rivulet.server.pgwire import PgServer, run_playground
 
     logging.basicConfig(
@@ -143,12 +158,15 @@ def playground(
         bound_host, bound_port = server.address
         where = data_dir if data_dir else "in memory (nothing is kept after exit)"
         auth = "SCRAM-SHA-256 password" if password else "none (trust)"
+        nodes = server.engine.cluster.workers
+        cluster = f"{len(nodes)} worker(s) x {nodes[0].slots} slot(s)" if nodes else "none"
         console.print(
             Panel.fit(
                 f"[bold]Rivulet {__version__}[/bold] playground\n"
                 f"listening on  {bound_host}:{bound_port}\n"
                 f"data          {where}\n"
-                f"auth          {auth}\n\n"
+                f"auth          {auth}\n"
+                f"compute       {cluster}\n\n"
                 f"connect with  [cyan]psql -h {bound_host} -p {bound_port} -U root -d dev[/cyan]\n"
                 "stop with     Ctrl-C",
                 title="rivulet",
@@ -165,7 +183,10 @@ def playground(
             task.add_done_callback(_background.discard)
 
     try:
-        run_playground(data_dir, host, port, password, on_ready=ready)
+        run_playground(
+            data_dir, host, port, password, on_ready=ready,
+            options=EngineOptions(workers=workers, slots=slots),
+        )  # fmt: skip
     except OSError as exc:
         console.print(f"[red]error:[/red] cannot serve on {host}:{port}: {exc.strerror or exc}")
         raise SystemExit(1) from None

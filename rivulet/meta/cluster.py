@@ -65,8 +65,11 @@ class Cluster:
         return max(1, min(n, VNODE_COUNT))
 
     def place(self, n: int) -> list[int]:
-        """Workers for ``n`` actors: spread evenly over the workers' slots."""
-        slots = [w.id for w in self.workers for _ in range(w.slots)] or [self.workers[0].id]
+        """Workers for ``n`` actors: spread evenly over the workers' slots, taking one
+        slot of each worker in turn."""
+        most = max((w.slots for w in self.workers), default=0)
+        slots = [w.id for i in range(most) for w in self.workers if i < w.slots]
+        slots = slots or [self.workers[0].id]
         return [slots[i % len(slots)] for i in range(n)]
 
     def persist(self, change: CatalogChange) -> None:

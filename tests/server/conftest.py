@@ -67,6 +67,14 @@ class ServerProcess:
             return ""
         return self.log_path.read_text(errors="replace")
 
+    def wait_output(self, text: str, timeout: float = 10.0) -> str:
+        """The output once it contains ``text`` (the banner is printed just after the
+        socket starts listening)."""
+        deadline = time.monotonic() + timeout
+        while text not in (out := self.output()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return out
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         """Signal the server and wait for it; returns its exit code."""
         if self.proc.poll() is None:
@@ -94,6 +102,7 @@ def start_server(
     password: str | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     port: int | None = None,
+    args: tuple[str, ...] = (),
 ) -> ServerProcess:
     """Start ``rivulet playground`` and wait until it accepts connections.
 
@@ -103,6 +112,7 @@ def start_server(
     cmd = [sys.executable, "-m", "rivulet", "playground", "--port", str(port)]
     if data_dir is not None:
         cmd += ["--data-dir", str(data_dir)]
+    cmd += args
     env = {k: v for k, v in os.environ.items() if k != "RIVULET_PASSWORD"}
     if password is not None:
         env["RIVULET_PASSWORD"] = password
@@ -162,10 +172,17 @@ class ServerFactory:
         self.started: list[ServerProcess] = []
 
     def __call__(
-        self, *, password: str | None = None, data_dir: str | os.PathLike[str] | None = None
+        self,
+        *,
+        password: str | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
+        args: tuple[str, ...] = (),
     ) -> ServerProcess:
         srv = start_server(
-            self.tmp_dir / f"srv{len(self.started)}", password=password, data_dir=data_dir
+            self.tmp_dir / f"srv{len(self.started)}",
+            password=password,
+            data_dir=data_dir,
+            args=args,
         )
         self.started.append(srv)
         return srv

@@ -10,7 +10,7 @@ import os
 import signal
 from collections.abc import Callable
 
-from rivulet.engine import Engine
+from rivulet.engine import Engine, EngineOptions
 from rivulet.server.pgwire.auth import ScramVerifier
 from rivulet.server.pgwire.connection import Connection
 
@@ -124,12 +124,13 @@ def run_playground(
     password: str | None = None,
     *,
     on_ready: Callable[[PgServer], None] | None = None,
+    options: EngineOptions | None = None,
 ) -> None:
     """Run an engine with a pgwire server until SIGINT/SIGTERM, then shut down cleanly.
 
     In memory when ``data_dir`` is None. ``on_ready`` is called once the socket listens.
     """
-    engine = Engine(data_dir)
+    engine = Engine(data_dir, options)
     try:
         asyncio.run(_playground(engine, host, port, password, on_ready))
     finally:
