@@ -1,102 +1,79 @@
-"""Streaming throughput: nexmark-like bids through materialized views.
+"""Streaming throughput: a bid stream through materialized views.
 
     python bench/streaming.py [--events 2000000] [--auctions 10000] [--parallelism 1 2]
+                              [--only NAME] [--input datagen|nexmark]
 
-For each workload and parallelism: a fresh in-memory instance, an append-only ``bid`` table
-(and ``auction`` for the join), one MV; all bids are handed to the table's actors at once
-and the clock runs until the MV has taken every one of them, with barriers (and
-checkpoints) every second as usual. Printed next to Polars computing the same result in
-one batch (the machine's limit for the answer), with the peak RSS growth of the run.
-Every MV is checked equal to the batch query before its figure is printed.
+Input (``--input datagen``, the default): a ``datagen`` source shaped like Nexmark's
+Bid stream (auction uniform over ``--auctions`` ids, bidder, price, channel, url,
+date_time), unpaced and bounded at ``--events`` rows; ``--input nexmark``: the built-in
+``nexmark`` Bid source itself (``nexmark.event.num`` chosen to yield ``--events`` bids;
+its auction ids follow Nexmark's rules, so the group count differs). The join reads an
+``auction`` table of ``--auctions`` rows.
+
+Each (workload, parallelism) runs in a fresh process: an in-memory instance with one
+worker of ``parallelism`` slots and barriers (checkpoints) every second, as by default.
+The clock starts at CREATE MATERIALIZED VIEW (the MV's source actors start generating
+then) and stops once the MV has taken every event (polled with FLUSH); the figure is
+events per second, generation included. Every MV is checked equal to Polars computing
+the same result in one batch over the same rows, whose speed is printed next to it (the
+machine's limit for the answer), with the peak RSS of the run's process.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import json
 import resource
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 
 import rivulet
-from rivulet.common.chunk import StreamChunk
-
-CHUNK_ROWS = 65_536
+from rivulet.common.types import BIGINT, TIMESTAMP, VARCHAR
+from rivulet.stream.connectors import ColumnSpec, open_connector, prepare_source
 
 
 @dataclass
 class Workload:
     name: str
     mv: str
-    check: str  # a batch query over the base tables the MV must equal
-    polars: object  # (bids, auctions) -> DataFrame, the one-batch reference
+    signature: str  # a cheap query over the MV: equals ``expected`` once every event is in
+    polars: object  # (bids, auctions) -> DataFrame with the MV's rows
     target: float  # rows/s
-
-
-def bids(n: int, auctions: int, seed: int = 7) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    channels = np.array(["Google", "Facebook", "Baidu", "Apple"])
-    return pa.table(
-        {
-            "auction": rng.integers(1000, 1000 + auctions, n),
-            "bidder": rng.integers(1, 100_000, n),
-            "price": rng.integers(100, 10_000_000, n),
-            "channel": pa.array(channels[rng.integers(0, 4, n)]),
-            "url": pa.array(np.full(n, "https://www.nexmark.com/item.htm?query=1", dtype=object)),
-            "date_time": pa.array(
-                np.arange(n, dtype=np.int64) * 1_000 + 1_700_000_000_000_000, pa.timestamp("us")
-            ),
-        }
-    )
-
-
-def auction_table(auctions: int, seed: int = 11) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    return pa.table(
-        {
-            "id": np.arange(1000, 1000 + auctions, dtype=np.int64),
-            "seller": rng.integers(1, 10_000, auctions),
-            "category": rng.integers(10, 20, auctions),
-            "initial_bid": rng.integers(1, 1000, auctions),
-        }
-    )
 
 
 WORKLOADS = [
     Workload(
         "pass-through (q0)",
         "SELECT auction, bidder, price, date_time FROM bid",
-        "SELECT auction, bidder, price, date_time FROM bid",
-        lambda b, a: pl.from_arrow(b).select("auction", "bidder", "price", "date_time"),
+        "SELECT count(*) FROM mv",
+        lambda b, a: b.select("auction", "bidder", "price", "date_time"),
         6_000_000,
     ),
     Workload(
         "filter + project",
-        "SELECT auction, bidder, price * 908 / 1000 AS euro, date_time FROM bid WHERE auction % 123 = 0",
-        "SELECT auction, bidder, price * 908 / 1000 AS euro, date_time FROM bid WHERE auction % 123 = 0",
-        lambda b, a: (
-            pl.from_arrow(b)
-            .filter(pl.col("auction") % 123 == 0)
-            .select("auction", "bidder", (pl.col("price") * 908 // 1000).alias("euro"), "date_time")
+        "SELECT auction, bidder, price * 908 / 1000 AS euro, date_time FROM bid"
+        " WHERE auction % 123 = 0",
+        "SELECT count(*) FROM mv",
+        lambda b, a: b.filter(pl.col("auction") % 123 == 0).select(
+            "auction", "bidder", (pl.col("price") * 908 // 1000).alias("euro"), "date_time"
         ),
         6_000_000,
     ),
     Workload(
         "group-by count/sum/max per auction",
-        "SELECT auction, count(*) AS n, sum(price) AS total, max(price) AS top FROM bid GROUP BY auction",
-        "SELECT auction, count(*) AS n, sum(price) AS total, max(price) AS top FROM bid GROUP BY auction",
-        lambda b, a: (
-            pl.from_arrow(b)
-            .group_by("auction")
-            .agg(
-                pl.len().alias("n"),
-                pl.col("price").sum().alias("total"),
-                pl.col("price").max().alias("top"),
-            )
+        "SELECT auction, count(*) AS n, sum(price) AS total, max(price) AS top FROM bid"
+        " GROUP BY auction",
+        "SELECT sum(n) FROM mv",
+        lambda b, a: b.group_by("auction").agg(
+            pl.len().alias("n"),
+            pl.col("price").sum().alias("total"),
+            pl.col("price").max().alias("top"),
         ),
         3_000_000,
     ),
@@ -104,11 +81,9 @@ WORKLOADS = [
         "join bid-auction, per category",
         "SELECT a.category, count(*) AS n, max(b.price) AS top FROM bid b JOIN auction a"
         " ON b.auction = a.id GROUP BY a.category",
-        "SELECT a.category, count(*) AS n, max(b.price) AS top FROM bid b JOIN auction a"
-        " ON b.auction = a.id GROUP BY a.category",
+        "SELECT sum(n) FROM mv",
         lambda b, a: (
-            pl.from_arrow(b)
-            .join(pl.from_arrow(a), left_on="auction", right_on="id")
+            b.join(a, left_on="auction", right_on="id")
             .group_by("category")
             .agg(pl.len().alias("n"), pl.col("price").max().alias("top"))
         ),
@@ -116,53 +91,138 @@ WORKLOADS = [
     ),
 ]
 
+BID_COLUMNS = [
+    ("id", BIGINT), ("auction", BIGINT), ("bidder", BIGINT), ("price", BIGINT),
+    ("channel", VARCHAR), ("url", VARCHAR), ("date_time", TIMESTAMP),
+]  # fmt: skip
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def source_sql(kind: str, events: int, auctions: int, splits: int) -> tuple[str, dict[str, str]]:
+    """CREATE SOURCE bid and its options."""
+    if kind == "nexmark":
+        options = {
+            "connector": "nexmark",
+            "nexmark.table.type": "Bid",
+            # 46 of every 50 events are bids.
+            "nexmark.event.num": str(-(-events * 50 // 46)),
+            "nexmark.min.event.gap.in.ns": "0",
+            "nexmark.split.num": str(splits),
+        }
+        columns = ""
+    else:
+        options = {
+            "connector": "datagen",
+            "datagen.rows.per.second": "1000000000",
+            "datagen.split.num": str(splits),
+            "fields.id.kind": "sequence",
+            "fields.id.start": "1",
+            "fields.id.end": str(events),
+            "fields.auction.min": "1000",
+            "fields.auction.max": str(1000 + auctions - 1),
+            "fields.bidder.min": "1",
+            "fields.bidder.max": "100000",
+            "fields.price.min": "100",
+            "fields.price.max": "10000000",
+            "fields.channel.length": "7",
+            "fields.url.length": "40",
+            "fields.date_time.basetime": "2026-01-01T00:00:00Z",
+        }
+        columns = "(" + ", ".join(f"{n} {t.display()}" for n, t in BID_COLUMNS) + ")"
+    with_ = ", ".join(f"{k} = '{v}'" for k, v in options.items())
+    return f"CREATE SOURCE bid {columns} WITH ({with_})", options
 
 
-def run(
-    workload: Workload, parallelism: int, data: pa.Table, auctions: pa.Table
-) -> tuple[float, float]:
-    con = rivulet.connect(workers=1, slots=parallelism)
-    try:
-        con.execute(
-            "CREATE TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR,"
-            " url VARCHAR, date_time TIMESTAMP)"
-        )
-        con.execute(
-            "CREATE TABLE auction (id BIGINT PRIMARY KEY, seller BIGINT, category BIGINT, initial_bid BIGINT)"
-        )
-        con.executemany(
-            "INSERT INTO auction VALUES (%s, %s, %s, %s)",
-            list(zip(*[auctions.column(i).to_pylist() for i in range(4)])),
-        )
-        con.execute(f"CREATE MATERIALIZED VIEW mv AS {workload.mv}")
-        engine = con._thread.engine
-        table = engine.catalog.get_table("public", "bid")
-        assert table is not None
-        n = data.num_rows
-        ids = pa.array(np.arange(1, n + 1, dtype=np.int64))
-        stored = data.append_column("_row_id", ids)
+def generated_bids(kind: str, options: dict[str, str], splits: int) -> pa.Table:
+    """Every row the source produces, read from the connector directly."""
+    declared = None if kind == "nexmark" else BID_COLUMNS
+    cols, stored = prepare_source(options["connector"], options, declared)
+    opts = {k: v for k, v in stored.items() if k != "connector"}
+    conn = open_connector(options["connector"], opts, [ColumnSpec(n, t) for n, t in cols])
+    names = [n for n, _ in cols]
+    parts = []
+    for split in range(splits):
+        offset = 0
+        while True:
+            batch = conn.read(split, offset, 1 << 20, names)
+            if batch.data.num_rows == 0:
+                break
+            parts.append(batch.data)
+            offset = batch.next_offset
+    return pa.concat_tables(parts)
 
-        async def feed() -> float:
-            start = time.perf_counter()
-            epoch = 0
-            for off in range(0, n, CHUNK_ROWS):
-                chunk = StreamChunk.inserts(stored.slice(off, CHUNK_ROWS))
-                epoch = engine.runtime.write_dml(table.id, chunk, list(table.dist_key))
-            await engine.barrier.commit_writes(epoch)
-            return time.perf_counter() - start
 
-        rss_before = peak_rss_mib()
-        elapsed = con._thread.run(feed())
-        rss = peak_rss_mib() - rss_before
-        got = sorted(con.execute("SELECT * FROM mv").fetchall())
-        want = sorted(con.execute(workload.check).fetchall())
-        assert got == want, f"{workload.name}: MV differs from the batch query"
-        return n / elapsed, rss
-    finally:
-        con.close()
+def auction_rows(auctions: int) -> list[tuple[int, int, int]]:
+    return [(1000 + i, 1 + (i * 7919) % 10_000, 10 + (i * 31) % 10) for i in range(auctions)]
+
+
+def _normalize(rows: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    return sorted(tuple(float(v) if hasattr(v, "as_integer_ratio") else v for v in r) for r in rows)
+
+
+def _expected_rows(args: argparse.Namespace, workload: Workload) -> int:
+    """Rows of a pass-through or filter MV once every event is in (from a separate
+    process, so that this one's peak RSS is the engine's)."""
+    if "sum(n)" in workload.signature:
+        return args.events
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import streaming as s, polars as pl;"
+        "o = s.source_sql(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))[1];"
+        "b = pl.from_arrow(s.generated_bids(sys.argv[2], o, int(sys.argv[5])));"
+        "w = next(w for w in s.WORKLOADS if w.name == sys.argv[6]);"
+        "print(w.polars(b, None).height)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).parent), args.input, str(args.events),
+         str(args.auctions), str(args.parallelism), workload.name],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(out.stdout.strip())
+
+
+def run_one(args: argparse.Namespace) -> dict[str, float]:
+    """One workload at one parallelism, in this process."""
+    workload = next(w for w in WORKLOADS if w.name == args.workload)
+    p = args.parallelism
+    con = rivulet.connect(workers=1, slots=p)
+    create_source, options = source_sql(args.input, args.events, args.auctions, p)
+    con.execute(create_source)
+    con.execute("CREATE TABLE auction (id BIGINT PRIMARY KEY, seller BIGINT, category BIGINT)")
+    con.executemany("INSERT INTO auction VALUES (%s, %s, %s)", auction_rows(args.auctions))
+
+    # The MV's own rows tell when every event is in: every bid counted once (the
+    # aggregates) or the expected row count (computed below, once the clock stopped).
+    want_rows = {"count(*)": _expected_rows(args, workload)}
+    start = time.perf_counter()
+    con.execute(f"CREATE MATERIALIZED VIEW mv AS {workload.mv}")
+    target = args.events if "sum(n)" in workload.signature else want_rows["count(*)"]
+    while True:
+        con.execute("FLUSH")
+        got = con.execute(workload.signature).fetchone()
+        if got is not None and got[0] is not None and int(got[0]) >= target:
+            break
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    bids = pl.from_arrow(generated_bids(args.input, options, p))
+    auctions = pl.DataFrame(
+        auction_rows(args.auctions), schema=["id", "seller", "category"], orient="row"
+    )
+    assert isinstance(bids, pl.DataFrame)
+    events = bids.height
+    start = time.perf_counter()
+    want = workload.polars(bids, auctions)  # type: ignore[operator]
+    polars_s = time.perf_counter() - start
+    rows = con.execute("SELECT * FROM mv").fetchall()
+    assert _normalize(rows) == _normalize(want.rows()), f"{workload.name}: MV differs"
+    con.close()
+    return {
+        "rate": events / elapsed,
+        "polars_rate": events / polars_s,
+        "rss_mib": rss,
+        "events": events,
+        "groups": want.height,
+    }
 
 
 def main() -> None:
@@ -171,24 +231,37 @@ def main() -> None:
     ap.add_argument("--auctions", type=int, default=10_000)
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", help="run the workloads whose name contains this")
+    ap.add_argument("--input", choices=["datagen", "nexmark"], default="datagen")
+    ap.add_argument("--workload", help=argparse.SUPPRESS)  # the child's job
     args = ap.parse_args()
-    data = bids(args.events, args.auctions)
-    auctions = auction_table(args.auctions)
-    print(f"{args.events:,} bid events, {args.auctions:,} auctions, barriers every 1 s")
+    if args.workload:
+        args.parallelism = args.parallelism[0]
+        print(json.dumps(run_one(args)))
+        return
+    print(
+        f"{args.events:,} bid events ({args.input}), {args.auctions:,} auctions,"
+        " barriers every 1 s; one process per run"
+    )
     for w in WORKLOADS:
         if args.only and args.only not in w.name:
             continue
-        start = time.perf_counter()
-        w.polars(data, auctions)  # type: ignore[operator]
-        polars_rate = args.events / (time.perf_counter() - start)
         for p in args.parallelism:
-            gc.collect()
-            rate, rss = run(w, p, data, auctions)
-            mark = "ok" if rate >= w.target else "below target"
+            cmd = [
+                sys.executable, __file__, "--workload", w.name, "--parallelism", str(p),
+                "--events", str(args.events), "--auctions", str(args.auctions),
+                "--input", args.input,
+            ]  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                print(f"{w.name:<36} parallelism {p}: failed\n{out.stderr[-2000:]}")
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            mark = "ok" if r["rate"] >= w.target else "below target"
             print(
-                f"{w.name:<38} parallelism {p}: {rate:>12,.0f} rows/s   polars one batch"
-                f" {polars_rate:>13,.0f} rows/s (x{polars_rate / rate:5.1f})   peak RSS +{rss:5.0f} MiB"
-                f"   target {w.target:,.0f}: {mark}"
+                f"{w.name:<36} parallelism {p}: {r['rate']:>11,.0f} rows/s   polars one batch"
+                f" {r['polars_rate']:>12,.0f} rows/s (x{r['polars_rate'] / r['rate']:5.1f})"
+                f"   peak RSS {r['rss_mib']:5.0f} MiB   target {w.target:,.0f}: {mark}",
+                flush=True,
             )
 
 

@@ -82,23 +82,28 @@ class MemTable:
 
     batches: list[pa.Table] = field(default_factory=list)
     overwrites: bool = False
+    # Every batch so far was written with each key at most once (``unique``).
+    unique: bool = True
     _consolidated: pa.Table | None = None
 
     def __len__(self) -> int:
         return sum(b.num_rows for b in self.batches)
 
-    def append(self, batch: pa.Table, overwrites: bool) -> None:
+    def append(self, batch: pa.Table, overwrites: bool, unique: bool = False) -> None:
         if batch.num_rows == 0:
             return
         self.batches.append(batch)
         self.overwrites = self.overwrites or overwrites
+        self.unique = self.unique and unique
         self._consolidated = None
 
     def consolidated(self, key_names: Sequence[str]) -> pa.Table:
         """Every key once, with its last op."""
         if self._consolidated is None:
             table = pa.concat_tables(self.batches) if len(self.batches) > 1 else self.batches[0]
-            if self.overwrites:
+            # One batch with each key once (an operator's per-epoch state) is already
+            # consolidated.
+            if self.overwrites and not (self.unique and len(self.batches) == 1):
                 table = last_per_key(table, key_names)
             self.batches = [table]
             self._consolidated = table
@@ -136,13 +141,14 @@ class StateTable:
             vnodes = compute_vnodes(cols)
         return data.add_column(0, VNODE_COLUMN, pa.array(vnodes, pa.int16()))
 
-    def write(self, chunk: StreamChunk, *, overwrites: bool) -> None:
+    def write(self, chunk: StreamChunk, *, overwrites: bool, unique: bool = False) -> None:
         """Add a chunk (its data already carrying ``_vnode``) to the running epoch.
 
         ``overwrites``: the chunk may delete or replace keys that exist already.
+        ``unique``: the chunk holds each key at most once.
         """
         batch = chunk.data.append_column(OP_COLUMN, pa.array(chunk.ops, pa.int8()))
-        self._current.append(batch, overwrites or bool(np.any(~chunk.is_insert())))
+        self._current.append(batch, overwrites or bool(np.any(~chunk.is_insert())), unique)
 
     def seal(self, epoch: int) -> MemTable | None:
         """End the running epoch's overlay; it stays readable until ``committed``."""

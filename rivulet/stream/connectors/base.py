@@ -234,6 +234,14 @@ def pool_strings(pool: np.ndarray, starts: np.ndarray, lengths: np.ndarray | int
     room = np.uint64(len(pool) - MAX_POOL_STRING)
     s = (np.asarray(starts, dtype=np.uint64) % room).astype(np.int64)
     # Arrow string views into the pool (no copy), then one cast compacts them in C++.
+    if n and np.isscalar(lengths) and n * int(lengths) < 2**31:
+        # One length (datagen's ``length``): gather fixed-width rows of a sliding window
+        # over the pool, already laid out as a string array's data.
+        width = int(lengths)
+        if width == 0:
+            return pa.array([""] * n, pa.string())
+        rows = np.lib.stride_tricks.sliding_window_view(pool, width)[s]
+        return fixed_width_strings(rows)
     views = np.zeros((n, 4), dtype=np.int32)
     views[:, 0] = lens
     raw = views.view(np.uint8).reshape(n, 16)

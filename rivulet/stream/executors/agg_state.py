@@ -1249,7 +1249,7 @@ class AggCore:
         if len(rows) < len(slots):
             table = table.take(pa.array(rows))
         ops = np.where(present[rows], Op.INSERT, Op.DELETE).astype(np.int8)
-        self.result.write(StreamChunk(table, ops), overwrites=bool(before[rows].any()))
+        self.result.write(StreamChunk(table, ops), overwrites=bool(before[rows].any()), unique=True)
 
     def _write_values(self, table: StateTable, changes: pl.DataFrame, overwrites: bool) -> None:
         slots = changes["slot"].to_numpy()
@@ -1262,7 +1262,7 @@ class AggCore:
         cols.append(pa.array(n, pa.int64()))
         data = pa.Table.from_arrays(cols, schema=_loose(schema, cols)).cast(schema)
         ops = np.where(n > 0, Op.INSERT, Op.DELETE).astype(np.int8)
-        table.write(StreamChunk(data, ops), overwrites=overwrites)
+        table.write(StreamChunk(data, ops), overwrites=overwrites, unique=True)
 
 
 def _differs(old: pa.Array, new: pa.Array) -> np.ndarray:
