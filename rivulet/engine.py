@@ -20,17 +20,18 @@ import duckdb
 
 from rivulet.common.errors import Error
 from rivulet.meta.barrier_manager import BarrierManager
-from rivulet.meta.catalog import Catalog, TableCatalog
+from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
+from rivulet.meta.fragments import replace_graph
 from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
-from rivulet.storage.state_store import META_SCHEMA, StateStore, StoreOptions
+from rivulet.storage.state_store import StateStore, StoreOptions
 from rivulet.stream.plan import MaterializeNode, PlanNode
 from rivulet.stream.row_errors import RowErrorLog
-from rivulet.stream.runtime import RunningJob, StreamRuntime
+from rivulet.stream.runtime import StreamRuntime
 
 T = TypeVar("T")
 
@@ -112,6 +113,7 @@ class Engine:
             raise
         self.closed = False
         self.started = False
+        self._background: set[asyncio.Task[int]] = set()
 
     async def start(self) -> None:
         """Start the barrier manager and the jobs in the catalog (on the running loop)."""
@@ -119,8 +121,12 @@ class Engine:
             return
         self.started = True
         self.barrier.start()
-        jobs = self.ddl.start_existing()
-        self.store.run_setup(restored_graph_sql(jobs))
+        # Deferred parallelism targets are applied by this rebuild and recorded at once.
+        change = CatalogChange()
+        jobs = self.ddl.start_existing(change)
+        replace_graph(jobs, change)
+        self.store.run_setup(change.statements)
+        change.committed()
         for job in jobs:
             self.runtime.start_job(job)
 
@@ -145,8 +151,15 @@ class Engine:
         """After a failure: drop every actor and rebuild the jobs of the catalog from the
         last committed checkpoint. Synchronous, so no statement sees it half done."""
         self.runtime.abort_all()
-        for job in self.ddl.start_existing():
+        change = CatalogChange()
+        jobs = self.ddl.start_existing(change)
+        replace_graph(jobs, change)
+        for job in jobs:
             self.runtime.start_job(job)
+        # Committed with the first barrier of the rebuilt dataflow.
+        task = asyncio.get_running_loop().create_task(self.barrier.checkpoint(change))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """``fn(cursor)`` off the event loop with this thread's cursor (inline when
@@ -180,21 +193,6 @@ class Engine:
             if self.store.directory is not None:
                 self.store.checkpoint()
         self.store.close()
-
-
-def restored_graph_sql(jobs: list[RunningJob]) -> list[tuple[str, list[object]]]:
-    """Fragments and actors of jobs rebuilt at start replace the stored ones."""
-    from rivulet.meta.catalog import CatalogChange
-    from rivulet.meta.fragments import persist_graph
-
-    change = CatalogChange()
-    for job in jobs:
-        persist_graph(job.graph, {a: 1 for a in job.actors}, change)
-    clear: list[tuple[str, list[object]]] = [
-        (f"DELETE FROM {META_SCHEMA}.actors", []),
-        (f"DELETE FROM {META_SCHEMA}.fragments", []),
-    ]
-    return clear + change.statements
 
 
 class EngineThread:

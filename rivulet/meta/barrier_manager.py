@@ -79,6 +79,12 @@ class BarrierManager:
         # checkpoint must not read state that the running commit is about to change.
         self._committing = False
         self._deferred_failure: Error | None = None
+        # While the dataflow is being rebuilt (a reschedule), no barrier may be injected:
+        # writes wait in the stopped actors' inboxes for the new actors.
+        self._paused = False
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._inject_on_resume = False
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -99,7 +105,7 @@ class BarrierManager:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
-            if self._actors:
+            if self._actors and not self._paused:
                 self.inject()
 
     # -------------------------------------------------------------- actors
@@ -240,7 +246,10 @@ class BarrierManager:
         """Make writes placed in ``epoch`` visible now: inject its barrier unless it is
         on its way, then wait for its commit."""
         if self._last_injected < epoch:
-            self.inject()
+            if self._paused:
+                self._inject_on_resume = True
+            else:
+                self.inject()
         return await self.wait_committed(epoch)
 
     async def flush(self) -> int:
@@ -251,8 +260,30 @@ class BarrierManager:
         self, change: CatalogChange | None = None, mutation: Mutation | None = None
     ) -> int:
         """Commit ``change`` (and apply ``mutation``) with a barrier of its own."""
+        while self._paused:
+            await self._resumed.wait()
         epoch = self.inject(mutation=mutation, change=change)
         return await self.wait_committed(epoch)
+
+    # -------------------------------------------------------------- pausing
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        """Inject no barrier until ``resume`` (the caller injects its own)."""
+        self._paused = True
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        """Barriers flow again; one that a write asked for meanwhile goes out now."""
+        if not self._paused:
+            return
+        self._paused = False
+        self._resumed.set()
+        if self._inject_on_resume:
+            self._inject_on_resume = False
+            self.inject()
 
     # --------------------------------------------------------------- failure
     def recover(self, error: Error) -> None:
@@ -276,6 +307,10 @@ class BarrierManager:
                 state.committed.exception()  # retrieved: nobody may be waiting on it
         self._inflight.clear()
         self._commit_next = self._last_injected + 1
+        # A rebuild that was under way is superseded by the recovery's.
+        self._paused = False
+        self._resumed.set()
+        self._inject_on_resume = False
         self._actors.clear()
         self._inboxes.clear()
         if self.on_failure is not None:

@@ -57,8 +57,11 @@ class TableCatalog:
     # Relations this one reads (an MV's upstream tables and MVs).
     dependencies: tuple[int, ...] = ()
     append_only: bool = False
-    # The parallelism policy the job was created with (``adaptive`` or a number).
+    # The parallelism policy the job's actors run with (``adaptive``, ``n``,
+    # ``bounded(n)``, ``ratio(r)``), and one stored to apply at the next rebuild (an ALTER
+    # ... DEFERRED; None: none pending).
     parallelism: str = "adaptive"
+    target_parallelism: str | None = None
     # A source: its connector and options (a table with a connector has them too).
     connector: str | None = None
     options: tuple[tuple[str, str], ...] = ()
@@ -75,6 +78,7 @@ class TableCatalog:
             "dependencies": list(self.dependencies),
             "append_only": self.append_only,
             "parallelism": self.parallelism,
+            "target_parallelism": self.target_parallelism,
             "connector": self.connector,
             "options": [list(kv) for kv in self.options],
             "internal_tables": list(self.internal_tables),
@@ -215,6 +219,7 @@ class Catalog:
                 dependencies=tuple(p.get("dependencies") or ()),
                 append_only=bool(p.get("append_only")),
                 parallelism=str(p.get("parallelism") or "adaptive"),
+                target_parallelism=p.get("target_parallelism"),
                 connector=p.get("connector"),
                 options=tuple(tuple(kv) for kv in p.get("options") or ()),
                 internal_tables=tuple(p.get("internal_tables") or ()),
@@ -291,6 +296,20 @@ class Catalog:
             (f"UPDATE {META_SCHEMA}.objects SET name = ? WHERE id = ?", [new_name, table.id])
         )
         change.on_commit.append(lambda: self._put(replace(table, name=new_name)))
+
+    def set_parallelism(
+        self, table: TableCatalog, policy: str, change: CatalogChange, *, target: str | None = None
+    ) -> None:
+        """Store the policy a job's actors run with, and the one to apply at its next
+        rebuild (None: none)."""
+        updated = replace(table, parallelism=policy, target_parallelism=target)
+        change.statements.append(
+            (
+                f"UPDATE {META_SCHEMA}.objects SET properties = ? WHERE id = ?",
+                [json.dumps(updated.properties()), table.id],
+            )
+        )
+        change.on_commit.append(lambda: self._put(updated))
 
     def _put(self, table: TableCatalog) -> None:
         self.tables[table.id] = table

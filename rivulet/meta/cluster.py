@@ -7,6 +7,7 @@ as many slots as the machine has cores. The set of workers is kept in the meta s
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from rivulet.common.errors import INVALID_PARAMETER_VALUE, sql_error
@@ -52,16 +53,16 @@ class Cluster:
 
     def parallelism(self, policy: str) -> int:
         """Actors per hash fragment for a parallelism policy (never above the vnodes)."""
-        p = policy.strip().lower()
-        if p in ("adaptive", "default", "auto", "0", ""):
-            n = self.total_slots
+        kind, value = parse_policy(policy)
+        slots = self.total_slots
+        if kind == "adaptive":
+            n = slots
+        elif kind == "bounded":
+            n = min(slots, int(value))
+        elif kind == "ratio":
+            n = max(int(slots * value), 1)
         else:
-            try:
-                n = int(p)
-            except ValueError:
-                raise sql_error(
-                    INVALID_PARAMETER_VALUE, f'invalid parallelism "{policy}"'
-                ) from None
+            n = int(value)
         return max(1, min(n, VNODE_COUNT))
 
     def place(self, n: int) -> list[int]:
@@ -81,3 +82,47 @@ class Cluster:
                     [w.id, w.host, w.port, w.slots],
                 )
             )
+
+
+_BOUNDED = re.compile(r"^bounded\s*\(\s*(\d+)\s*\)$")
+_RATIO = re.compile(r"^ratio\s*\(\s*([0-9]*\.?[0-9]+)\s*\)$")
+
+
+def parse_policy(policy: str) -> tuple[str, float]:
+    """A parallelism policy as (kind, value): ("fixed", n), ("adaptive", 0),
+    ("bounded", n) or ("ratio", r). Raises 22023 for anything else."""
+    p = policy.strip().lower().strip("'")
+    if p in ("adaptive", "default", "auto", ""):
+        return "adaptive", 0
+    hint = (
+        f"Use a number from 1 to {VNODE_COUNT}, ADAPTIVE, 'bounded(n)' or 'ratio(r)'"
+        " with 0 < r <= 1."
+    )
+    if (m := _BOUNDED.match(p)) is not None:
+        n = int(m.group(1))
+        if 1 <= n <= VNODE_COUNT:
+            return "bounded", n
+    elif (m := _RATIO.match(p)) is not None:
+        r = float(m.group(1))
+        if 0 < r <= 1:
+            return "ratio", r
+    else:
+        try:
+            n = int(p)
+        except ValueError:
+            n = 0
+        if 1 <= n <= VNODE_COUNT:
+            return "fixed", n
+    raise sql_error(INVALID_PARAMETER_VALUE, f'invalid parallelism "{policy}"', hint=hint)
+
+
+def normalize_policy(policy: str) -> str:
+    """The policy as stored and shown: "adaptive", "5", "bounded(4)", "ratio(0.5)"."""
+    kind, value = parse_policy(policy)
+    if kind == "adaptive":
+        return "adaptive"
+    if kind == "fixed":
+        return str(int(value))
+    if kind == "bounded":
+        return f"bounded({int(value)})"
+    return f"ratio({value:g})"

@@ -26,7 +26,7 @@ from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.fragmenter import fragment_job
-from rivulet.meta.fragments import delete_graph, persist_graph
+from rivulet.meta.fragments import delete_graph, persist_graph, replace_graph
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.connectors import offsets_state_schema
 from rivulet.stream.executor import Field, Schema
@@ -166,7 +166,16 @@ class DdlController:
             epoch = await self._create_job(table, root, change)
             # The MV's scans emit their snapshot in the epoch after the one that started
             # them: once that epoch is committed, the MV holds its history.
-            await self.barrier.commit_writes(epoch + 1)
+            try:
+                await self.barrier.commit_writes(epoch + 1)
+            except Exception:
+                # Its history never committed (an actor failed reading it; recovery rebuilt
+                # the job without a snapshot): a failed creation leaves no trace.
+                created = self.catalog.tables.get(table.id)
+                if created is not None:
+                    with contextlib.suppress(Exception):
+                        await self._drop_locked(self._with_dependents(created))
+                raise
             return True
 
     async def _create_job(self, table: TableCatalog, root: PlanNode, change: CatalogChange) -> int:
@@ -198,14 +207,20 @@ class DdlController:
             await actor.stop()
         self.runtime.forget_job(running.graph.job_id)
 
-    def start_existing(self) -> list[RunningJob]:
-        """At start and after a failure: rebuild the job of every table and MV in the
-        catalog from its definition (the caller starts them). Their state is what the last
-        checkpoint committed; scans take no snapshot (the MVs hold their past already)."""
+    def start_existing(self, applied: CatalogChange | None = None) -> list[RunningJob]:
+        """At start, after a failure and for a reschedule: rebuild the job of every table
+        and MV in the catalog from its definition (the caller starts them). Their state is
+        what the last checkpoint committed; scans take no snapshot (the MVs hold their past
+        already). A job with a deferred parallelism target is built with it; ``applied``
+        gets the catalog change that records so (for the caller to commit)."""
         jobs = []
         for table in self.catalog.all_tables():  # by id: upstream jobs before dependents
             if not table.is_streaming_job:
                 continue
+            if table.target_parallelism is not None:
+                if applied is not None:
+                    self.catalog.set_parallelism(table, table.target_parallelism, applied)
+                table = replace(table, parallelism=table.target_parallelism)
             if table.kind == "table":
                 root = table_plan(table)
             else:
@@ -220,9 +235,69 @@ class DdlController:
                 self.cluster, self.runtime, change, reuse_internal=table.internal_tables,
             )  # fmt: skip
             running, _ = self.runtime.build_job(job.graph, attach_now=True)
+            running.workers = job.workers
             self.runtime.add_job(running)
             jobs.append(running)
         return jobs
+
+    # ----------------------------------------------------------- reschedule
+    async def alter_parallelism(self, table: TableCatalog, policy: str, *, deferred: bool) -> None:
+        """Set a job's parallelism policy. Online: its actors are rebuilt at the new
+        parallelism through one checkpoint barrier, and this returns once the new layout
+        is committed. ``deferred``: stored, applied at the next rebuild (recovery,
+        restart, or another job's reschedule)."""
+        async with self.lock:
+            current = self.catalog.tables.get(table.id)
+            if current is None:
+                raise sql_error(UNDEFINED_TABLE, f'relation "{table.name}" does not exist')
+            change = CatalogChange()
+            if deferred:
+                target = None if policy == current.parallelism else policy
+                if target == current.target_parallelism:
+                    return
+                self.catalog.set_parallelism(current, current.parallelism, change, target=target)
+                await self.barrier.checkpoint(change)
+                return
+            running = self.runtime.jobs.get(table.id)
+            live = running is not None and all(
+                len(f.actor_ids) == self.cluster.parallelism(policy)
+                for f in running.graph.fragments
+                if f.mapping is not None and not _mirrors_upstream(f)
+            )
+            if policy == current.parallelism and current.target_parallelism is None and live:
+                return  # a no-op: no barrier at all
+            self.catalog.set_parallelism(current, policy, change)
+            await self.rebuild_dataflow(change)
+
+    async def rebuild_dataflow(self, change: CatalogChange) -> None:
+        """Rebuild every job's actors from the catalog through one barrier: the barrier
+        carrying ``change`` stops every actor; once it is committed (all state written up
+        to it), the jobs are built again as the catalog now says and started, and the
+        writes that arrived meanwhile go to the new actors. No barrier is injected in
+        between, so nothing is lost or doubled. Returns once the new layout is committed.
+        The caller holds ``self.lock``."""
+        actors = frozenset(a for job in self.runtime.jobs.values() for a in job.actors)
+        self.barrier.pause()
+        try:
+            epoch = self.barrier.inject(mutation=StopActors(actors), change=change)
+            await self.barrier.wait_committed(epoch)
+            for job in self.runtime.jobs.values():
+                for actor in job.actors.values():
+                    if actor.task is not None:
+                        await actor.task
+            pending = self.runtime.take_stopped()
+            applied = CatalogChange()
+            jobs = self.start_existing(applied)
+            replace_graph(jobs, applied)
+            for job in jobs:
+                self.runtime.start_job(job)
+            for table_id, chunk in pending:
+                self.runtime.write_dml(
+                    table_id, chunk, list(self.catalog.tables[table_id].dist_key)
+                )
+        finally:
+            self.barrier.resume()
+        await self.barrier.checkpoint(applied)
 
     # ------------------------------------------------------------------ drop
     async def drop(self, table: TableCatalog, *, cascade: bool = False) -> list[TableCatalog]:
@@ -240,31 +315,35 @@ class DdlController:
                     detail=f"{names} depends on {table.kind} {table.name}",
                     hint="Use DROP ... CASCADE to drop the dependent objects too.",
                 )
-            change = CatalogChange()
-            actors: set[int] = set()
-            for victim in victims:
-                job = self.runtime.jobs.get(victim.id)
-                if job is not None:
-                    actors.update(job.actors)
-                    delete_graph(job.graph, change)
-                    for f in job.graph.fragments:
-                        for tid in f.state_table_ids():
-                            if tid != victim.id:
-                                change.statements.append(
-                                    (StateTableSchema(tid, (), (), ()).drop_sql(), [])
-                                )
-                change.statements.append((victim.state_schema().drop_sql(), []))
-                self.catalog.remove_table(victim, change)
-            await self.barrier.checkpoint(change, mutation=StopActors(frozenset(actors)))
-            for victim in victims:
-                job = self.runtime.jobs.get(victim.id)
-                if job is not None:
-                    for actor in job.actors.values():
-                        if actor.task is not None:
-                            with contextlib.suppress(Exception):
-                                await asyncio.wait_for(asyncio.shield(actor.task), 5)
-                self.runtime.forget_job(victim.id)
+            await self._drop_locked(victims)
             return victims
+
+    async def _drop_locked(self, victims: list[TableCatalog]) -> None:
+        """Stop the victims' actors and remove them (the caller holds the DDL lock)."""
+        change = CatalogChange()
+        actors: set[int] = set()
+        for victim in victims:
+            job = self.runtime.jobs.get(victim.id)
+            if job is not None:
+                actors.update(job.actors)
+                delete_graph(job.graph, change)
+                for f in job.graph.fragments:
+                    for tid in f.state_table_ids():
+                        if tid != victim.id:
+                            change.statements.append(
+                                (StateTableSchema(tid, (), (), ()).drop_sql(), [])
+                            )
+            change.statements.append((victim.state_schema().drop_sql(), []))
+            self.catalog.remove_table(victim, change)
+        await self.barrier.checkpoint(change, mutation=StopActors(frozenset(actors)))
+        for victim in victims:
+            job = self.runtime.jobs.get(victim.id)
+            if job is not None:
+                for actor in job.actors.values():
+                    if actor.task is not None:
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(asyncio.shield(actor.task), 5)
+            self.runtime.forget_job(victim.id)
 
     def _with_dependents(self, table: TableCatalog) -> list[TableCatalog]:
         """``table`` and everything that reads it, directly or not, dependents first."""
@@ -281,3 +360,8 @@ class DdlController:
 
         visit(table)
         return out
+
+
+def _mirrors_upstream(fragment: object) -> bool:
+    """A scan fragment: its actors follow its upstream's, not its own job's policy."""
+    return any(isinstance(n, StreamScanNode) for n in fragment.leaves())  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from rivulet.stream.plan import (
     SourceNode,
     StreamScanNode,
 )
+from rivulet.stream.runtime import RunningJob
 
 
 def fragment_flags(graph: JobGraph, fragment_index: int) -> list[str]:
@@ -83,3 +84,11 @@ def delete_graph(graph: JobGraph, change: CatalogChange) -> None:
     change.statements.append(
         (f"DELETE FROM {META_SCHEMA}.fragments WHERE job_id = ?", [graph.job_id])
     )
+
+
+def replace_graph(jobs: list[RunningJob], change: CatalogChange) -> None:
+    """The fragments and actors of rebuilt jobs replace every stored one."""
+    change.statements.append((f"DELETE FROM {META_SCHEMA}.actors", []))
+    change.statements.append((f"DELETE FROM {META_SCHEMA}.fragments", []))
+    for job in jobs:
+        persist_graph(job.graph, job.workers or dict.fromkeys(job.actors, 1), change)

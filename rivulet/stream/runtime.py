@@ -46,6 +46,8 @@ class RunningJob:
     actors: dict[int, Actor] = field(default_factory=dict)
     # Inboxes of the actors at the job's sources (DML or connector), by actor id.
     inboxes: dict[int, Inbox] = field(default_factory=dict)
+    # The worker each actor runs on.
+    workers: dict[int, int] = field(default_factory=dict)
 
     def actors_of(self, fragment: Fragment) -> list[Actor]:
         return [self.actors[a] for a in fragment.actor_ids]
@@ -190,6 +192,21 @@ class StreamRuntime:
         if job is not None:
             for actor_id in job.actors:
                 self.services.barrier_sink.unregister_actor(actor_id)
+
+    def take_stopped(self) -> list[tuple[int, StreamChunk]]:
+        """Forget every job, whose actors all stopped at a barrier, and return the DML
+        chunks that arrived after it, as (table id, chunk) in arrival order per actor:
+        they belong to the next epoch, to be written again to the new actors."""
+        pending: list[tuple[int, StreamChunk]] = []
+        for job in self.jobs.values():
+            for actor in job.actors.values():
+                assert actor.task is None or actor.task.done(), "an actor is still running"
+            for inbox in job.inboxes.values():
+                while (msg := inbox.get_nowait()) is not None:
+                    assert isinstance(msg, StreamChunk), "no barrier follows a stop"
+                    pending.append((job.graph.job_id, msg))
+        self.jobs.clear()
+        return pending
 
     def abort_all(self) -> None:
         """Cancel every actor at once (recovery): their uncommitted state is dropped."""

@@ -1,12 +1,24 @@
-"""ALTER statements: ALTER SYSTEM SET (system parameters); the rest are refused by name."""
+"""ALTER statements: ALTER SYSTEM SET (system parameters), ALTER ... SET PARALLELISM
+(rescheduling a job); the rest are refused by name."""
 
 from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
 
-from rivulet.common.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, sql_error
+from sqlglot import exp
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from rivulet.common.errors import (
+    FEATURE_NOT_SUPPORTED,
+    SYNTAX_ERROR,
+    UNDEFINED_TABLE,
+    WRONG_OBJECT_TYPE,
+    sql_error,
+)
 from rivulet.meta.catalog import CatalogChange
+from rivulet.meta.cluster import normalize_policy
+from rivulet.sql.binder import Binder
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import StatementResult, command
 
@@ -20,14 +32,59 @@ _ALTER_SYSTEM = re.compile(
 )
 
 
+_ALTER_PARALLELISM = re.compile(
+    r"^\s*ALTER\s+(?P<kind>MATERIALIZED\s+VIEW|TABLE|SINK|INDEX|SOURCE|VIEW)\s+"
+    r"(?P<name>(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*)(?:\.(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*))?)"
+    r"\s+SET\s+(?P<what>BACKFILL_PARALLELISM|PARALLELISM)\s*(?:=|\s+TO\s+)\s*"
+    r"(?P<value>'[^']*'|[^\s;']+)(?P<deferred>\s+DEFERRED)?\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 async def handle_alter(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     text = " ".join(stmt.text.split())
     upper = text.upper()
     if upper.startswith("ALTER SYSTEM"):
         return await _alter_system(session, stmt.text)
     if "PARALLELISM" in upper:
-        raise sql_error(FEATURE_NOT_SUPPORTED, "ALTER ... SET PARALLELISM is not supported yet")
+        return await _alter_parallelism(session, stmt.text)
     raise sql_error(FEATURE_NOT_SUPPORTED, "ALTER is not supported yet")
+
+
+async def _alter_parallelism(session: Session, text: str) -> StatementResult:
+    match = _ALTER_PARALLELISM.match(text)
+    if match is None:
+        raise sql_error(
+            SYNTAX_ERROR,
+            "syntax error in ALTER ... SET PARALLELISM",
+            hint="Write ALTER MATERIALIZED VIEW name SET PARALLELISM = n | ADAPTIVE |"
+            " 'bounded(n)' | 'ratio(r)' | DEFAULT [DEFERRED].",
+        )
+    kind = " ".join(match["kind"].upper().split())
+    wanted = {"MATERIALIZED VIEW": "materialized view", "TABLE": "table"}.get(kind)
+    if wanted is None:
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED, f"ALTER {kind} ... SET PARALLELISM is not supported yet"
+        )
+    if match["what"].upper() == "BACKFILL_PARALLELISM":
+        raise sql_error(FEATURE_NOT_SUPPORTED, "SET BACKFILL_PARALLELISM is not supported yet")
+    ref = exp.to_table(match["name"], dialect="postgres")
+    normalize_identifiers(ref, dialect="postgres")
+    table = Binder(session.bind_context()).lookup_table(ref.db or None, ref.name)
+    if table is None:
+        raise sql_error(UNDEFINED_TABLE, f'relation "{ref.name}" does not exist')
+    if table.kind != wanted:
+        raise sql_error(
+            WRONG_OBJECT_TYPE,
+            f'"{table.name}" is not a {wanted}',
+            hint=f"Use ALTER {table.kind.upper()} for a {table.kind}."
+            if table.is_streaming_job
+            else f"A {table.kind} runs no streaming job of its own.",
+        )
+    raw = match["value"].strip("'")
+    policy = "adaptive" if raw.lower() == "default" else normalize_policy(raw)
+    await session.ctx.ddl.alter_parallelism(table, policy, deferred=bool(match["deferred"]))
+    return command(f"ALTER {kind}")
 
 
 async def _alter_system(session: Session, text: str) -> StatementResult:

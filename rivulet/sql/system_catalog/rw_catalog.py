@@ -156,8 +156,11 @@ def streaming_views() -> list[SystemView]:
                 "status": "'CREATED'",
                 "parallelism": policy,
                 "max_parallelism": "256",
-                "target_parallelism": policy,
-                "reconcile_status": "'in_sync'",
+                "target_parallelism": f"coalesce(json_extract_string(o.properties,"
+                f" '$.target_parallelism'), {policy})",
+                "reconcile_status": "CASE WHEN coalesce(json_extract_string(o.properties,"
+                f" '$.target_parallelism'), {policy}) <> {policy} THEN 'pending'"
+                " ELSE 'in_sync' END",
                 "job_id": "o.id",
                 "state": "'Created'",
             },
