@@ -1,0 +1,86 @@
+"""Reschedule pause: ALTER MATERIALIZED VIEW ... SET PARALLELISM while a source streams.
+
+    python bench/reschedule.py [--groups 10000 1000000] [--rounds 5]
+
+For each group count: a ``datagen`` table streaming 20,000 rows/s, an aggregation MV
+over it with that many groups of state (filled first), then ALTERs 1 -> 2 -> 1 ...
+``--rounds`` times each. Printed: the ALTER's latency (statement start to its return,
+the new layout committed) p50/max, and the longest gap between two chunks the source
+emitted around each ALTER (ingestion stalls while the dataflow is rebuilt). State is
+read lazily by vnode, so the figures should not grow with the group count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import time
+
+import rivulet
+from rivulet.stream.executors.source import SourceExecutor
+
+_emitted: list[float] = []
+_original_emit = SourceExecutor._emit
+
+
+async def _timed_emit(self, plan):  # type: ignore[no-untyped-def]
+    chunk = await _original_emit(self, plan)
+    _emitted.append(time.perf_counter())
+    return chunk
+
+
+SourceExecutor._emit = _timed_emit  # type: ignore[method-assign]
+
+
+def run(groups: int, rounds: int) -> tuple[list[float], list[float]]:
+    con = rivulet.connect(workers=1, slots=2)
+    # The state: one group per k, filled before the clock starts.
+    con.execute("CREATE TABLE seed (k BIGINT, v BIGINT)")
+    con.execute(
+        "CREATE TABLE s (k BIGINT, v BIGINT) WITH (connector = 'datagen',"
+        " datagen.rows.per.second = '20000', fields.k.min = '0',"
+        f" fields.k.max = '{groups - 1}', fields.v.min = '0', fields.v.max = '1000')"
+    )
+    con.execute(f"INSERT INTO seed SELECT i, i FROM generate_series(0, {groups - 1}) AS g(i)")
+    con.execute(
+        "CREATE MATERIALIZED VIEW m AS SELECT k, count(*) AS n, sum(v) AS total"
+        " FROM (SELECT k, v FROM s UNION ALL SELECT k, v FROM seed) AS x GROUP BY k"
+    )
+    con.execute("ALTER MATERIALIZED VIEW m SET PARALLELISM = 1")
+    time.sleep(1.0)
+    latencies, gaps = [], []
+    for i in range(2 * rounds):
+        before = time.perf_counter()
+        con.execute(f"ALTER MATERIALIZED VIEW m SET PARALLELISM = {2 if i % 2 == 0 else 1}")
+        after = time.perf_counter()
+        latencies.append(after - before)
+        time.sleep(1.0)
+        around = [t for t in _emitted if before - 1.0 <= t <= after + 1.0]
+        gaps.append(max((b - a for a, b in itertools.pairwise(around)), default=0.0))
+    n = con.execute("SELECT count(*) FROM m").fetchone()
+    assert n is not None and n[0] == groups
+    con.close()
+    return latencies, gaps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--groups", type=int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    base = None
+    for groups in args.groups:
+        lat, gaps = run(groups, args.rounds)
+        p50 = statistics.median(lat)
+        base = base or p50
+        print(
+            f"{groups:>9,} groups: ALTER p50 {p50 * 1000:6.0f} ms, max {max(lat) * 1000:6.0f} ms;"
+            f" longest ingestion gap p50 {statistics.median(gaps) * 1000:6.0f} ms,"
+            f" max {max(gaps) * 1000:6.0f} ms; p50 vs the first: x{p50 / base:.2f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
