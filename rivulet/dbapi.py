@@ -118,6 +118,24 @@ class Connection:
             hint="Undo a change with a compensating statement.",
         )
 
+    # -- compute workers (Rivulet's own) -------------------------------------
+    def workers(self) -> list[tuple[int, int]]:
+        """(worker id, slots) of every worker."""
+        self._check_open()
+        return [(w.id, w.slots) for w in self._thread.engine.cluster.workers]
+
+    def add_worker(self, slots: int) -> int:
+        """Add a worker with ``slots`` slots; adaptive jobs spread onto it online. Returns
+        its id once the new layout is committed."""
+        self._check_open()
+        return self._thread.run(self._thread.engine.ddl.add_worker(slots))
+
+    def remove_worker(self, worker_id: int) -> None:
+        """Remove a worker; its actors move to the other workers online. The last worker
+        cannot be removed."""
+        self._check_open()
+        self._thread.run(self._thread.engine.ddl.remove_worker(worker_id))
+
     def close(self) -> None:
         if self.closed:
             return

@@ -98,6 +98,9 @@ class Engine:
             self.barrier.on_failure = self._rebuild_dataflow
             self.params.on_change.append(self._apply_system_param)
             self.ddl.replan = self._replan_materialized_view
+            self.ddl.automatic_parallelism = (
+                lambda: self.params.get("disable_automatic_parallelism_control") == "false"
+            )
             self.frontend = FrontendContext(
                 store=self.store,
                 catalog=self.catalog,

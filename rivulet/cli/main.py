@@ -130,6 +130,13 @@ def cli() -> None:
     help="Slots per worker [default: the CPU cores, or as stored in the data dir].",
 )
 @click.option(
+    "--admin-port",
+    type=int,
+    default=5691,
+    show_default=True,
+    help="Port of the admin endpoint on 127.0.0.1 that `rivulet ctl` talks to (0: off).",
+)
+@click.option(
     "--demo",
     is_flag=True,
     default=False,
@@ -143,6 +150,7 @@ def playground(
     log_level: str,
     workers: int | None = None,
     slots: int | None = None,
+    admin_port: int = 5691,
     demo: bool = False,
 ) -> None:
     """Run an embedded instance serving the PostgreSQL protocol (Ctrl-C stops it)."""
@@ -160,13 +168,16 @@ def playground(
         auth = "SCRAM-SHA-256 password" if password else "none (trust)"
         nodes = server.engine.cluster.workers
         cluster = f"{len(nodes)} worker(s) x {nodes[0].slots} slot(s)" if nodes else "none"
+        endpoint = getattr(server.admin, "address", None)
+        admin = f"http://{endpoint[0]}:{endpoint[1]} (rivulet ctl)" if endpoint else "off"
         console.print(
             Panel.fit(
                 f"[bold]Rivulet {__version__}[/bold] playground\n"
                 f"listening on  {bound_host}:{bound_port}\n"
                 f"data          {where}\n"
                 f"auth          {auth}\n"
-                f"compute       {cluster}\n\n"
+                f"compute       {cluster}\n"
+                f"admin         {admin}\n\n"
                 f"connect with  [cyan]psql -h {bound_host} -p {bound_port} -U root -d dev[/cyan]\n"
                 "stop with     Ctrl-C",
                 title="rivulet",
@@ -186,6 +197,7 @@ def playground(
         run_playground(
             data_dir, host, port, password, on_ready=ready,
             options=EngineOptions(workers=workers, slots=slots),
+            admin_port=admin_port or None,
         )  # fmt: skip
     except OSError as exc:
         console.print(f"[red]error:[/red] cannot serve on {host}:{port}: {exc.strerror or exc}")
@@ -198,6 +210,89 @@ def playground(
             raise SystemExit(1) from None
         raise
     console.print("rivulet stopped")
+
+
+@cli.group()
+@click.option(
+    "--admin",
+    "admin_url",
+    default="http://127.0.0.1:5691",
+    show_default=True,
+    envvar="RIVULET_ADMIN",
+    help="The admin endpoint of the running server (also RIVULET_ADMIN).",
+)
+@click.pass_context
+def ctl(ctx: click.Context, admin_url: str) -> None:
+    """Operate a running server (`rivulet playground`)."""
+    ctx.obj = admin_url.rstrip("/")
+
+
+@ctl.group()
+def worker() -> None:
+    """Compute workers: list, add, remove (jobs are rescheduled online)."""
+
+
+def _admin_call(url: str, method: str, body: dict[str, object] | None = None) -> object:
+    import json
+    import urllib.error
+    import urllib.request
+
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        payload = json.loads(exc.read() or b"{}")
+        message = payload.get("error", str(exc))
+        if payload.get("sqlstate"):
+            message = f"{payload['sqlstate']}: {message}"
+        if payload.get("hint"):
+            message += f"\nHINT: {payload['hint']}"
+        console.print(f"[red]error:[/red] {message}")
+        raise SystemExit(1) from None
+    except OSError as exc:
+        console.print(f"[red]error:[/red] cannot reach the admin endpoint at {url}: {exc}")
+        raise SystemExit(1) from None
+
+
+def _print_workers(workers: object) -> None:
+    from rich.table import Table
+
+    table = Table("id", "host", "slots", "actors")
+    for w in workers:  # type: ignore[attr-defined]
+        table.add_row(str(w["id"]), w["host"], str(w["slots"]), str(w["actors"]))
+    console.print(table)
+
+
+@worker.command("list")
+@click.pass_obj
+def worker_list(admin_url: str) -> None:
+    """The workers, their slots and how many actors each runs."""
+    _print_workers(_admin_call(f"{admin_url}/workers", "GET"))
+
+
+@worker.command("add")
+@click.option("--slots", type=click.IntRange(1, 256), required=True, help="Slots it offers.")
+@click.pass_obj
+def worker_add(admin_url: str, slots: int) -> None:
+    """Add a worker; adaptive jobs spread onto it."""
+    with console.status("rescheduling jobs onto the new worker..."):
+        result = _admin_call(f"{admin_url}/workers", "POST", {"slots": slots})
+    console.print(f"worker {result['id']} added")  # type: ignore[index]
+    _print_workers(result["workers"])  # type: ignore[index]
+
+
+@worker.command("remove")
+@click.argument("worker_id", type=int)
+@click.pass_obj
+def worker_remove(admin_url: str, worker_id: int) -> None:
+    """Remove a worker; its actors move to the others."""
+    with console.status(f"moving the actors of worker {worker_id}..."):
+        result = _admin_call(f"{admin_url}/workers/{worker_id}", "DELETE")
+    console.print(f"worker {worker_id} removed")
+    _print_workers(result["workers"])  # type: ignore[index]
 
 
 def main() -> None:

@@ -10,7 +10,12 @@ import os
 import re
 from dataclasses import dataclass
 
-from rivulet.common.errors import INVALID_PARAMETER_VALUE, sql_error
+from rivulet.common.errors import (
+    INVALID_PARAMETER_VALUE,
+    OBJECT_NOT_IN_PREREQUISITE_STATE,
+    UNDEFINED_OBJECT,
+    sql_error,
+)
 from rivulet.common.vnode import VNODE_COUNT
 from rivulet.meta.catalog import CatalogChange
 from rivulet.storage.state_store import META_SCHEMA, StateStore
@@ -46,6 +51,46 @@ class Cluster:
                     f"INSERT INTO {META_SCHEMA}.workers VALUES (?, ?, ?, ?)",
                     [w.id, w.host, w.port, w.slots],
                 )
+
+    def prepare_add(self, slots: int, change: CatalogChange) -> Worker:
+        """A new worker with ``slots`` slots, joining once ``change`` is committed."""
+        if not 1 <= slots <= VNODE_COUNT:
+            raise sql_error(
+                INVALID_PARAMETER_VALUE,
+                f"invalid slot count {slots}",
+                hint=f"A worker offers from 1 to {VNODE_COUNT} slots.",
+            )
+        worker = Worker(max((w.id for w in self.workers), default=0) + 1, "127.0.0.1", 0, slots)
+        change.statements.append(
+            (
+                f"INSERT INTO {META_SCHEMA}.workers VALUES (?, ?, ?, ?)",
+                [worker.id, worker.host, worker.port, worker.slots],
+            )
+        )
+        change.on_commit.append(lambda: self.workers.append(worker))
+        return worker
+
+    def prepare_remove(self, worker_id: int, change: CatalogChange) -> Worker:
+        """Take a worker out once ``change`` is committed (its actors must move)."""
+        worker = next((w for w in self.workers if w.id == worker_id), None)
+        if worker is None:
+            raise sql_error(
+                UNDEFINED_OBJECT,
+                f"worker {worker_id} does not exist",
+                hint="rw_worker_nodes lists the workers.",
+            )
+        if len(self.workers) == 1:
+            raise sql_error(
+                OBJECT_NOT_IN_PREREQUISITE_STATE,
+                f"cannot remove worker {worker_id}: it is the last worker",
+                hint="Add another worker first; every job needs somewhere to run.",
+            )
+        change.statements.append((f"DELETE FROM {META_SCHEMA}.workers WHERE id = ?", [worker_id]))
+        change.on_commit.append(lambda: self._forget(worker_id))
+        return worker
+
+    def _forget(self, worker_id: int) -> None:
+        self.workers = [w for w in self.workers if w.id != worker_id]
 
     @property
     def total_slots(self) -> int:

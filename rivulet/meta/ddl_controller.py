@@ -114,6 +114,8 @@ class DdlController:
         self.lock = asyncio.Lock()
         # Plans an MV again from its definition (set by the engine: planning is SQL's).
         self.replan: Callable[[TableCatalog], PlanNode] | None = None
+        # Whether worker changes reschedule adaptive jobs (a system parameter's).
+        self.automatic_parallelism: Callable[[], bool] = lambda: True
 
     # ---------------------------------------------------------------- create
     async def create_table(self, table: TableCatalog, *, if_not_exists: bool = False) -> bool:
@@ -267,6 +269,25 @@ class DdlController:
             if policy == current.parallelism and current.target_parallelism is None and live:
                 return  # a no-op: no barrier at all
             self.catalog.set_parallelism(current, policy, change)
+            await self.rebuild_dataflow(change)
+
+    async def add_worker(self, slots: int) -> int:
+        """A new worker; jobs whose policy depends on the slots are rescheduled to use it
+        (unless automatic parallelism control is off). Returns its id."""
+        async with self.lock:
+            change = CatalogChange()
+            worker = self.cluster.prepare_add(slots, change)
+            if self.automatic_parallelism():
+                await self.rebuild_dataflow(change)
+            else:
+                await self.barrier.checkpoint(change)
+            return worker.id
+
+    async def remove_worker(self, worker_id: int) -> None:
+        """Take a worker away; its actors move to the others online."""
+        async with self.lock:
+            change = CatalogChange()
+            self.cluster.prepare_remove(worker_id, change)
             await self.rebuild_dataflow(change)
 
     async def rebuild_dataflow(self, change: CatalogChange) -> None:

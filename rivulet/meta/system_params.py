@@ -37,6 +37,19 @@ def _int_in(low: int, high: int) -> Callable[[str, str], str]:
     return check
 
 
+def _boolean(name: str, value: str) -> str:
+    lowered = value.strip().lower()
+    if lowered in ("true", "on", "t", "1"):
+        return "true"
+    if lowered in ("false", "off", "f", "0"):
+        return "false"
+    raise sql_error(
+        INVALID_PARAMETER_VALUE,
+        f'invalid value for system parameter "{name}": "{value}"',
+        hint="Expected true or false.",
+    )
+
+
 @dataclass(frozen=True)
 class SystemParam:
     name: str
@@ -60,6 +73,13 @@ PARAMS: dict[str, SystemParam] = {
             "1",
             "Barriers per checkpoint: every barrier is a checkpoint in Rivulet.",
             None,
+        ),
+        SystemParam(
+            "disable_automatic_parallelism_control",
+            "false",
+            "When true, adding or removing workers does not reschedule adaptive jobs"
+            " (a removed worker's actors still move).",
+            _boolean,
         ),
         SystemParam(
             "state_store",

@@ -113,6 +113,8 @@ def start_server(
     if data_dir is not None:
         cmd += ["--data-dir", str(data_dir)]
     cmd += args
+    if "--admin-port" not in args:  # tests start many servers: only those that ask get one
+        cmd += ["--admin-port", "0"]
     env = {k: v for k, v in os.environ.items() if k != "RIVULET_PASSWORD"}
     if password is not None:
         env["RIVULET_PASSWORD"] = password

@@ -33,6 +33,8 @@ class PgServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self.closed = asyncio.Event()
+        # The admin endpoint served next to it, if any (``rivulet ctl``).
+        self.admin: object | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 4566) -> None:
         self._server = await asyncio.start_server(
@@ -125,6 +127,7 @@ def run_playground(
     *,
     on_ready: Callable[[PgServer], None] | None = None,
     options: EngineOptions | None = None,
+    admin_port: int | None = None,
 ) -> None:
     """Run an engine with a pgwire server until SIGINT/SIGTERM, then shut down cleanly.
 
@@ -132,7 +135,7 @@ def run_playground(
     """
     engine = Engine(data_dir, options)
     try:
-        asyncio.run(_playground(engine, host, port, password, on_ready))
+        asyncio.run(_playground(engine, host, port, password, on_ready, admin_port))
     finally:
         engine.close()
 
@@ -143,8 +146,20 @@ async def _playground(
     port: int,
     password: str | None,
     on_ready: Callable[[PgServer], None] | None,
+    admin_port: int | None = None,
 ) -> None:
     server = await serve(engine, host, port, password)
+    admin = None
+    if admin_port is not None:
+        from rivulet.server.admin import AdminServer
+
+        admin = AdminServer(engine)
+        try:
+            await admin.start(admin_port)
+        except OSError as exc:  # the database still serves; only `rivulet ctl` is off
+            log.warning("admin endpoint not started on 127.0.0.1:%d: %s", admin_port, exc)
+            admin = None
+    server.admin = admin
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -155,4 +170,6 @@ async def _playground(
     try:
         await stop.wait()
     finally:
+        if admin is not None:
+            await admin.close()
         await server.close()

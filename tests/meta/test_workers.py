@@ -1,0 +1,116 @@
+"""Workers joining and leaving while jobs run: adaptive jobs spread onto a new worker,
+a removed worker's actors move to the others, the last worker stays; after every change
+each MV equals its query (the oracle)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import rivulet
+from rivulet.common.errors import Error
+
+QUERY = "SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k"
+
+
+def actors_per_worker(con: rivulet.Connection) -> dict[int, int]:
+    rows = con.execute(
+        "SELECT a.worker_id, count(*) FROM rw_actors a JOIN rw_fragments f"
+        " ON a.fragment_id = f.fragment_id JOIN rw_streaming_jobs j ON f.table_id = j.id"
+        " WHERE j.name = 'm' AND f.distribution_type = 'HASH' AND f.scan_type IS NULL"
+        " GROUP BY a.worker_id"
+    ).fetchall()
+    return dict(rows)
+
+
+def assert_oracle(con: rivulet.Connection) -> None:
+    got = sorted(con.execute("SELECT * FROM m").fetchall())
+    assert got == sorted(con.execute(QUERY).fetchall())
+
+
+def test_workers_join_and_leave_under_writes(tmp_path: Path) -> None:
+    path = tmp_path / "db"
+    con = rivulet.connect(path, workers=1, slots=2)
+    con.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {QUERY}")
+    con.execute("CREATE MATERIALIZED VIEW fixed AS SELECT k, max(v) AS mx FROM t GROUP BY k")
+    con.execute("ALTER MATERIALIZED VIEW fixed SET PARALLELISM = 2")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        w = rivulet.connect(path)
+        i = 0
+        try:
+            while not stop.is_set():
+                w.executemany(
+                    "INSERT INTO t VALUES (%s, %s, %s)",
+                    [(i + j, (i + j) % 7, j) for j in range(10)],
+                )
+                w.execute("DELETE FROM t WHERE id = %s", [i])
+                i += 10
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            w.close()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert actors_per_worker(con) == {1: 2}
+        second = con.add_worker(slots=2)
+        assert con.workers() == [(1, 2), (second, 2)]
+        # Adaptive: 4 slots now, spread evenly.
+        assert actors_per_worker(con) == {1: 2, second: 2}
+        third = con.add_worker(slots=1)
+        assert sum(actors_per_worker(con).values()) == 5
+        con.remove_worker(1)
+        placed = actors_per_worker(con)
+        assert 1 not in placed and sum(placed.values()) == 3
+        con.remove_worker(third)
+        assert actors_per_worker(con) == {second: 2}
+        with pytest.raises(Error) as info:
+            con.remove_worker(second)
+        assert info.value.sqlstate == "55000"
+        assert "last worker" in info.value.message
+        with pytest.raises(Error) as info:
+            con.remove_worker(99)
+        assert info.value.sqlstate == "42704"
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not errors, errors
+    con.execute("FLUSH")
+    assert_oracle(con)
+    # A fixed job keeps its count.
+    fixed = con.execute(
+        "SELECT DISTINCT f.parallelism FROM rw_fragments f JOIN rw_streaming_jobs j"
+        " ON f.table_id = j.id WHERE j.name = 'fixed' AND f.scan_type IS NULL"
+        " AND f.distribution_type = 'HASH'"
+    ).fetchall()
+    assert fixed == [(2,)]
+    got = sorted(con.execute("SELECT * FROM fixed").fetchall())
+    assert got == sorted(con.execute("SELECT k, max(v) FROM t GROUP BY k").fetchall())
+    con.close()
+    # The worker set is kept with the data.
+    con = rivulet.connect(path)
+    assert con.workers() == [(second, 2)]
+    assert_oracle(con)
+    con.close()
+
+
+def test_automatic_control_can_be_turned_off() -> None:
+    con = rivulet.connect(workers=1, slots=2)
+    con.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
+    con.execute(f"CREATE MATERIALIZED VIEW m AS {QUERY}")
+    con.execute("ALTER SYSTEM SET disable_automatic_parallelism_control = true")
+    con.add_worker(slots=2)
+    assert actors_per_worker(con) == {1: 2}  # not moved
+    con.execute("ALTER SYSTEM SET disable_automatic_parallelism_control = false")
+    con.add_worker(slots=1)
+    assert sum(actors_per_worker(con).values()) == 5
+    con.execute("INSERT INTO t VALUES (1, 1, 1)")
+    assert_oracle(con)
+    con.close()
