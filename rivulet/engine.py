@@ -116,7 +116,6 @@ class Engine:
             raise
         self.closed = False
         self.started = False
-        self._background: set[asyncio.Task[int]] = set()
 
     async def start(self) -> None:
         """Start the barrier manager and the jobs in the catalog (on the running loop)."""
@@ -157,12 +156,12 @@ class Engine:
         change = CatalogChange()
         jobs = self.ddl.start_existing(change)
         replace_graph(jobs, change)
+        # Recovery runs when no commit is under way (the barrier manager defers it until
+        # the running one ends): the rebuilt layout is written at once, outside any epoch.
+        self.store.run_setup(change.statements)
+        change.committed()
         for job in jobs:
             self.runtime.start_job(job)
-        # Committed with the first barrier of the rebuilt dataflow.
-        task = asyncio.get_running_loop().create_task(self.barrier.checkpoint(change))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """``fn(cursor)`` off the event loop with this thread's cursor (inline when
