@@ -29,6 +29,7 @@ from rivulet.sql.context import FrontendContext
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
 from rivulet.storage.state_store import StateStore, StoreOptions
+from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.plan import MaterializeNode, PlanNode
 from rivulet.stream.row_errors import RowErrorLog
 from rivulet.stream.runtime import StreamRuntime
@@ -58,6 +59,7 @@ class EngineServices:
         self.store = engine.store
         self.barrier_sink = engine.barrier
         self.row_errors = engine.row_errors
+        self.backfill = engine.backfill
         self._engine = engine
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
@@ -93,13 +95,15 @@ class Engine:
                 periodic=not options.deterministic,
                 row_errors=self.row_errors,
             )
+            # Backfill progress reports and rate limits (before the runtime: its services).
+            self.backfill = BackfillProgress()
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
             self.barrier.on_failure = self._rebuild_dataflow
             self.params.on_change.append(self._apply_system_param)
             self.ddl.replan = self._replan_materialized_view
-            self.ddl.automatic_parallelism = (
-                lambda: self.params.get("disable_automatic_parallelism_control") == "false"
+            self.ddl.automatic_parallelism = lambda: (
+                self.params.get("disable_automatic_parallelism_control") == "false"
             )
             self.frontend = FrontendContext(
                 store=self.store,

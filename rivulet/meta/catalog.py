@@ -68,6 +68,10 @@ class TableCatalog:
     # Ids of the job's internal state tables (aggregation, join, top-N state), in plan
     # order: a job rebuilt from its definition at restart finds its state again.
     internal_tables: tuple[int, ...] = ()
+    # How the job's scans read their upstreams' history (``arrangement``, ``snapshot``,
+    # ``no_shuffle``, ``upstream_only``; "" for a job without scans): a job rebuilt while
+    # still backfilling goes on the same way.
+    backfill_type: str = ""
 
     @property
     def is_streaming_job(self) -> bool:
@@ -82,6 +86,7 @@ class TableCatalog:
             "connector": self.connector,
             "options": [list(kv) for kv in self.options],
             "internal_tables": list(self.internal_tables),
+            "backfill_type": self.backfill_type,
         }
 
     @property
@@ -223,6 +228,7 @@ class Catalog:
                 connector=p.get("connector"),
                 options=tuple(tuple(kv) for kv in p.get("options") or ()),
                 internal_tables=tuple(p.get("internal_tables") or ()),
+                backfill_type=str(p.get("backfill_type") or ""),
             )  # fmt: skip
 
     # ----------------------------------------------------------------- lookups

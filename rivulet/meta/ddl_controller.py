@@ -30,6 +30,7 @@ from rivulet.meta.fragments import delete_graph, persist_graph, replace_graph
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.connectors import offsets_state_schema
 from rivulet.stream.executor import Field, Schema
+from rivulet.stream.executors.backfill import apply_scan_type
 from rivulet.stream.message import StopActors
 from rivulet.stream.plan import (
     DmlNode,
@@ -228,9 +229,13 @@ class DdlController:
             else:
                 assert self.replan is not None, "the engine sets the replanner"
                 root = self.replan(table)
-                for node in root.walk():
-                    if isinstance(node, StreamScanNode):
-                        node.snapshot = False
+                # Scans go on as they were created: a backfill resumes from its persisted
+                # per-vnode progress (once that says done, the scan only forwards); a job
+                # older than scan types only forwards.
+                apply_scan_type(
+                    root, table.backfill_type or "arrangement",
+                    created=self._backfill_finished(table),
+                )  # fmt: skip
             change = CatalogChange()  # ids of a rebuilt job's actors are not persisted
             job = fragment_job(
                 root, table.id, self.cluster.parallelism(table.parallelism), self.catalog,
@@ -241,6 +246,12 @@ class DdlController:
             self.runtime.add_job(running)
             jobs.append(running)
         return jobs
+
+    def _backfill_finished(self, table: TableCatalog) -> bool:
+        """Whether a rebuilt job's scans only forward changes (``none``). Without a job
+        status yet, only jobs older than scan types; the scans of the others read their
+        progress and forward once it says done."""
+        return not table.backfill_type
 
     # ----------------------------------------------------------- reschedule
     async def alter_parallelism(self, table: TableCatalog, policy: str, *, deferred: bool) -> None:
@@ -384,5 +395,9 @@ class DdlController:
 
 
 def _mirrors_upstream(fragment: object) -> bool:
-    """A scan fragment: its actors follow its upstream's, not its own job's policy."""
-    return any(isinstance(n, StreamScanNode) for n in fragment.leaves())  # type: ignore[attr-defined]
+    """A scan fragment chained 1:1 to its upstream: its actors follow the upstream's, not
+    its own job's policy (an arrangement scan's follow the job's)."""
+    return any(
+        isinstance(n, StreamScanNode) and n.mirrors_upstream
+        for n in fragment.leaves()  # type: ignore[attr-defined]
+    )

@@ -55,7 +55,7 @@ def fragment_job(
     cluster: Cluster,
     runtime: StreamRuntime,
     change: CatalogChange,
-    reuse_internal: tuple[int, ...] = (),
+    reuse_internal: tuple[int, ...] | None = None,
 ) -> FragmentedJob:
     """``reuse_internal``: ids of the internal state tables of a job being rebuilt (in
     plan order), instead of allocating new ones."""
@@ -100,12 +100,20 @@ def fragment_job(
         scans = [n for n in leaves if isinstance(n, StreamScanNode)]
         if scans:
             upstream = _materialize_fragment(runtime, scans[0].table_id)
-            n = len(upstream.actor_ids)
-            f.distribution = upstream.distribution
-            f.mapping = upstream.mapping
-            f.dist_key = list(scans[0].stream_key) if upstream.mapping is not None else []
             for s in scans:
                 s.upstream_fragment_id = upstream.fragment_id
+            if scans[0].mirrors_upstream:
+                n = len(upstream.actor_ids)
+                f.distribution = upstream.distribution
+                f.mapping = upstream.mapping
+                f.dist_key = list(scans[0].stream_key) if upstream.mapping is not None else []
+            else:
+                # Arrangement: the job's own parallelism, rows hashed to it by the
+                # upstream's distribution key (the upstream's vnodes, so its state).
+                n = parallelism
+                f.distribution = Distribution.HASH
+                f.mapping = even_mapping(n)
+                f.dist_key = _scan_dist_key(scans[0])
         elif f.upstreams and all(kind is ExchangeKind.SIMPLE for _, kind, _ in f.upstreams):
             n = 1
             f.distribution = Distribution.SINGLE
@@ -127,14 +135,17 @@ def fragment_job(
         for actor_id, worker in zip(f.actor_ids, cluster.place(n)):
             workers[actor_id] = worker
     # Internal state tables get ids of their own (or their old ones, when rebuilt).
-    reused = list(reuse_internal)
+    reused = list(reuse_internal or ())
     internal: list[StateTableSchema] = []
 
     def internal_id() -> int:
         return reused.pop(0) if reused else catalog.allocate_id(change)
 
+    scans: list[StreamScanNode] = []
     for f in fragments:
         for node in f.root.walk():
+            if isinstance(node, StreamScanNode):
+                scans.append(node)
             tables = getattr(node, "state_tables", None)
             if tables:
                 assigned = []
@@ -152,7 +163,28 @@ def fragment_job(
             ):
                 node.state_schema = replace(source_state, table_id=internal_id())
                 internal.append(node.state_schema)
+    # Scans' progress and log tables come last: jobs persisted before scans had them
+    # find their other tables at the same positions (and, rebuilt as ``none``, need none).
+    for scan in scans:
+        for attr in ("progress_table", "log_table"):
+            schema = getattr(scan, attr)
+            if schema is None or schema.table_id != 0:
+                continue
+            if reuse_internal is not None and not reused:
+                setattr(scan, attr, None)  # a rebuild never allocates
+                continue
+            schema = replace(schema, table_id=internal_id())
+            setattr(scan, attr, schema)
+            internal.append(schema)
     return FragmentedJob(JobGraph(job_id, fragments), workers, internal)
+
+
+def _scan_dist_key(scan: StreamScanNode) -> list[int]:
+    """The scan's output columns that hold the upstream's distribution key."""
+    assert scan.state_schema is not None
+    where = {c: i for i, c in enumerate(scan.columns)}
+    key = [where.get(c) for c in scan.state_schema.dist_key]
+    return [k for k in key if k is not None] if None not in key else []
 
 
 def _materialize(fragment: Fragment) -> MaterializeNode:

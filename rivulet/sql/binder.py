@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
@@ -47,6 +48,15 @@ from rivulet.sql.system_catalog import (
     SystemCatalog,
 )
 from rivulet.sql.system_catalog.rewrite import rewrite_pg_syntax
+from rivulet.sql.windows import (
+    WindowCall,
+    hop_first_start_sql,
+    time_column_index,
+    tumble_start_sql,
+    window_call,
+    window_function_name,
+    window_spec,
+)
 
 DUCKDB = "duckdb"
 # Marks relation nodes the engine built (never set by the parser): the binder leaves them.
@@ -187,8 +197,14 @@ class Binder:
         ctes = {cte.alias_or_name for cte in ast.find_all(exp.CTE)}
         self.number_parameters(ast)
         self._infer_parameter_types(ast)
+        # TUMBLE / HOP calls are read before the PostgreSQL rewrite (which drops the
+        # database of a column reference, the form their first argument parses as).
+        windows = [(t, window_call(t)) for t in ast.find_all(exp.Table) if window_function_name(t)]
         # PostgreSQL syntax of catalog queries (::regclass, pg_catalog.f()...).
         ast = rewrite_pg_syntax(ast, self.ctx)
+        # TUMBLE / HOP first: their arguments are not expressions of the outer query.
+        for table, call in windows:
+            table.replace(self._window_relation(table, call, ctes))
         for node in list(ast.walk()):
             if isinstance(node, exp.Table):
                 self._bind_table(node, ctes)
@@ -263,6 +279,59 @@ class Binder:
         if isinstance(relation, exp.Table):
             relation.meta[INTERNAL] = True
         table.replace(relation)
+
+    def _window_relation(self, item: exp.Table, call: WindowCall, ctes: set[str]) -> exp.Expression:
+        """TUMBLE / HOP as a DuckDB subquery giving the windows a materialized view gets:
+        the checks and window arithmetic are the stream planner's (``sql/windows.py``)."""
+        rel = call.relation
+        if not rel.db and rel.name in ctes:
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f'{call.label} over the common table expression "{rel.name}" is not supported',
+                hint=f"Create a materialized view for the query and apply {call.label} to it.",
+                position=position_of(item.this),
+            )
+        t = self.lookup_table(rel.db or None, rel.name)
+        relation = self._resolve(rel)  # 42P01, sources refused; notes the dependency
+        if t is None:  # a system relation
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                f'{call.label} over the system relation "{rel.name}" is not supported',
+                hint=f"Apply {call.label} to a table or materialized view.",
+                position=position_of(item.this),
+            )
+        idx = time_column_index(call, [c.name for c in t.columns], [c.type for c in t.columns])
+        time_type = t.columns[idx].type
+        spec = window_spec(call, self._interval_sql)
+        col = f'"_rw_w".{_quoted_sql(t.columns[idx].name)}'
+        if call.kind == "tumble":
+            start = tumble_start_sql(col, time_type, spec.size_us, spec.offset_us)
+            sql = (
+                f'SELECT "_rw_w".*, {start} AS "window_start",'
+                f' ({start}) + {spec.size} AS "window_end" FROM "_rw_rel" AS "_rw_w"'
+            )
+        else:
+            # Each row joined with its window numbers 0 .. units-1, one slide apart.
+            first = hop_first_start_sql(col, time_type, spec)
+            k = f'"_rw_k"."k" * {spec.slide_us}'
+            sql = (
+                f'SELECT "_rw_w".*, {first} + to_microseconds({k}) AS "window_start",'
+                f' {first} + to_microseconds({k} + {spec.size_us}) AS "window_end"'
+                f' FROM "_rw_rel" AS "_rw_w" CROSS JOIN range({spec.units}) AS "_rw_k"("k")'
+                f" WHERE {col} IS NOT NULL"
+            )
+        select = sqlglot.parse_one(sql, read=DUCKDB)
+        for node in select.walk():  # built here, bound already: a later pass leaves them
+            if isinstance(node, exp.Func | exp.Table):
+                node.meta[INTERNAL] = True
+        placeholder = next(n for n in select.find_all(exp.Table) if n.name == "_rw_rel")
+        relation.set("alias", placeholder.args.get("alias"))
+        placeholder.replace(relation)
+        alias = item.args.get("alias") or exp.TableAlias(this=exp.to_identifier(call.alias))
+        return exp.Subquery(this=select, alias=alias)
+
+    def _interval_sql(self, e: exp.Expression) -> str:
+        return self.prepare(e.copy()).sql(dialect=DUCKDB)
 
     def sys_call(self, name: str, *args: exp.Expression) -> exp.Expression:
         return exp.Dot(
@@ -556,6 +625,10 @@ def _bytea_literal(node: exp.Cast) -> exp.Expression | None:
                 raise sql_error("22P02", "invalid input syntax for type bytea")
         data = bytes(out)
     return exp.Anonymous(this="unhex", expressions=[exp.Literal.string(data.hex())])
+
+
+def _quoted_sql(name: str) -> str:
+    return quote(name).sql(dialect=DUCKDB)
 
 
 def _first_start(node: exp.Expression) -> int:

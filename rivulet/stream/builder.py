@@ -14,6 +14,7 @@ from rivulet.storage.state_table import StateTable
 from rivulet.stream.connectors import ColumnSpec, open_connector
 from rivulet.stream.exchange import Channel
 from rivulet.stream.executor import ActorContext, Executor
+from rivulet.stream.executors.backfill import BackfillExecutor
 from rivulet.stream.executors.dml import DmlExecutor, Inbox
 from rivulet.stream.executors.filter import FilterExecutor
 from rivulet.stream.executors.hash_agg import HashAggExecutor
@@ -21,6 +22,7 @@ from rivulet.stream.executors.hash_join import HashJoinExecutor
 from rivulet.stream.executors.hop_window import HopWindowExecutor, interval_micros
 from rivulet.stream.executors.materialize import MaterializeExecutor
 from rivulet.stream.executors.merge import MergeExecutor
+from rivulet.stream.executors.over_window import OverWindowExecutor
 from rivulet.stream.executors.project import ProjectExecutor
 from rivulet.stream.executors.simple_agg import SimpleAggExecutor
 from rivulet.stream.executors.source import SourceExecutor
@@ -28,6 +30,7 @@ from rivulet.stream.executors.stream_scan import StreamScanExecutor
 from rivulet.stream.executors.top_n import TopNExecutor
 from rivulet.stream.executors.union import UnionExecutor
 from rivulet.stream.plan import (
+    REBUILT_SCAN_TYPE,
     DmlNode,
     FilterNode,
     HashAggNode,
@@ -35,6 +38,7 @@ from rivulet.stream.plan import (
     HopWindowNode,
     MaterializeNode,
     MergeNode,
+    OverWindowNode,
     PlanNode,
     ProjectNode,
     SimpleAggNode,
@@ -53,6 +57,9 @@ class LeafInputs:
     # Channels from upstream actors, by upstream fragment id (exchange or scan input).
     channels: dict[int, list[Channel]] = field(default_factory=dict)
     wait_committed: Callable[[int], Awaitable[int]] | None = None
+    # The job is rebuilt from committed state (restart, recovery, reschedule), not new:
+    # backfilling scans resume from their persisted progress.
+    rebuilt: bool = False
 
 
 Builder = Callable[[PlanNode, ActorContext, list[Executor], LeafInputs], Executor]
@@ -97,9 +104,13 @@ def _scan(
     assert isinstance(node, StreamScanNode) and node.state_schema is not None
     assert leaves.wait_committed is not None
     upstream = MergeExecutor(ctx, node.schema, leaves.channels[node.upstream_fragment_id])
-    return StreamScanExecutor(
+    if node.scan_type in ("upstream_only", REBUILT_SCAN_TYPE) or node.progress_table is None:
+        return StreamScanExecutor(ctx, node.schema, upstream, node.columns)
+    log = StateTable(node.log_table) if node.log_table is not None else None
+    return BackfillExecutor(
         ctx, node.schema, upstream, node.state_schema, node.columns, leaves.wait_committed,
-        snapshot=node.snapshot,
+        scan_type=node.scan_type, progress=StateTable(node.progress_table), log=log,
+        rebuilt=leaves.rebuilt,
     )  # fmt: skip
 
 
@@ -168,7 +179,19 @@ def _top_n(
     return TopNExecutor(
         ctx, node.schema, inputs[0], StateTable(node.state_tables[0]),
         node.order, node.limit, node.offset, node.group_key,
-        append_only=node.inputs[0].append_only,
+        append_only=node.inputs[0].append_only, rank_output=node.rank_output,
+        wait_committed=leaves.wait_committed,
+    )  # fmt: skip
+
+
+@builds(OverWindowNode)
+def _over_window(
+    node: PlanNode, ctx: ActorContext, inputs: list[Executor], leaves: LeafInputs
+) -> Executor:
+    assert isinstance(node, OverWindowNode) and len(node.state_tables) == 1
+    return OverWindowExecutor(
+        ctx, node.schema, inputs[0], StateTable(node.state_tables[0]),
+        node.partition, node.calls, leaves.wait_committed,
     )  # fmt: skip
 
 
@@ -187,6 +210,7 @@ def _hop_window(
     return HopWindowExecutor(
         ctx, node.schema, inputs[0], node.time_col,
         interval_micros(node.slide), interval_micros(node.size),
+        interval_micros(node.offset) if node.offset else 0,
     )  # fmt: skip
 
 

@@ -8,7 +8,7 @@ commits them once every actor has passed that barrier.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -63,12 +63,31 @@ class BarrierSink(Protocol):
     def actor_failed(self, actor_id: int, error: BaseException) -> None: ...
 
 
+class BackfillTracker(Protocol):
+    """Where backfilling scans report their progress and read their rate limit (the
+    engine's ``BackfillProgress``; the job status and SHOW JOBS are built on it)."""
+
+    def report(
+        self, job_id: int, actor_id: int, epoch: int, consumed: int, total: int, done: bool
+    ) -> None: ...
+
+    def rate_limit(self, job_id: int) -> int | None:
+        """Rows per second per actor; None: unlimited; 0: paused."""
+        ...
+
+    def track(self, job_id: int, actor_ids: Collection[int]) -> None:
+        """The (re)built job's scan actors, before they start: from the moment all of them
+        have reported, the job's progress is theirs (the runtime calls it)."""
+        ...
+
+
 class StreamServices(Protocol):
     """Engine services the stream runtime needs."""
 
     store: StateStore
     barrier_sink: BarrierSink
     row_errors: RowErrorLog
+    backfill: BackfillTracker
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T: ...
 

@@ -75,23 +75,49 @@ class MergeNode(PlanNode):
         return f"Merge {{ from: fragment {self.upstream_fragment_id} }}"
 
 
+# How a scan merges its upstream's history with its changes (SYSTEM.md section 3):
+# ``arrangement``: per-vnode progress, the scan fragment hash-distributed by the upstream's
+# distribution key at the job's own parallelism; ``no_shuffle``: one position per actor,
+# chained 1:1 to the upstream's actors; ``snapshot``: a fixed snapshot at the creation
+# epoch, later changes logged and replayed after it; ``upstream_only``: no history;
+# ``none``: a created job rebuilt (its state holds the past): changes only.
+SCAN_TYPES = ("arrangement", "snapshot", "no_shuffle", "upstream_only")
+REBUILT_SCAN_TYPE = "none"
+
+
 @dataclass(eq=False)
 class StreamScanNode(PlanNode):
-    """A table's or MV's changes (no-shuffle from its materialize fragment), preceded by
-    its snapshot at the epoch the job is created in. ``columns`` are the stored columns
-    read, in output order."""
+    """A table's or MV's changes, preceded by its history (how: ``scan_type``).
+    ``columns`` are the stored columns read, in output order; ``state_schema`` is the
+    upstream's state table."""
 
     table_id: int = 0
     table_name: str = ""
     upstream_fragment_id: int = 0
     columns: list[int] = field(default_factory=list)
     state_schema: StateTableSchema | None = None
-    # False for a job rebuilt at restart or recovery: its state already holds the past.
-    snapshot: bool = True
+    scan_type: str = "arrangement"
+    # The scan's own state (internal tables of the job, ids from the fragmenter): per-vnode
+    # progress, and for ``snapshot`` the log of changes that arrive during the snapshot.
+    progress_table: StateTableSchema | None = None
+    log_table: StateTableSchema | None = None
+
+    @property
+    def mirrors_upstream(self) -> bool:
+        """Whether the scan fragment is chained 1:1 to the upstream's actors (no_shuffle,
+        snapshot, upstream_only; any scan over an upstream without distribution key).
+        Arrangement scans and those of created jobs (``none``) follow the job's own
+        parallelism, hashed by the upstream's distribution key."""
+        return self.scan_type in ("no_shuffle", "snapshot", "upstream_only") or not (
+            self.state_schema is not None and self.state_schema.dist_key
+        )
 
     def describe(self) -> str:
+        # The default type goes unnamed (EXPLAIN output stays what RisingWave users know).
+        kind = "" if self.scan_type == "arrangement" else f", scan_type: {self.scan_type}"
         return (
-            f"StreamScan {{ table: {self.table_name}, columns: [{', '.join(self.schema.names)}] }}"
+            f"StreamScan {{ table: {self.table_name},"
+            f" columns: [{', '.join(self.schema.names)}]{kind} }}"
         )
 
 
@@ -198,11 +224,34 @@ class TopNNode(PlanNode):
     offset: int = 0
     group_key: list[int] = field(default_factory=list)
     with_ties: bool = False
+    # Output each row's 1-based position in its group (row_number) as a last column.
+    rank_output: bool = False
     state_tables: list[StateTableSchema] = field(default_factory=list)
 
     def describe(self) -> str:
         order = ", ".join(f"c{c} {'ASC' if a else 'DESC'}" for c, a, _ in self.order)
-        return f"TopN {{ order: [{order}], limit: {self.limit}, offset: {self.offset} }}"
+        group = ""
+        if self.group_key:
+            group = f", group_key: [{', '.join(f'c{k}' for k in self.group_key)}]"
+        rank = ", output: row_number" if self.rank_output else ""
+        return (
+            f"TopN {{ order: [{order}], limit: {self.limit}, offset: {self.offset}{group}{rank} }}"
+        )
+
+
+@dataclass(eq=False)
+class OverWindowNode(PlanNode):
+    """Window functions over partitions of ``partition`` (input columns): output is the
+    input's columns then one per call. ``calls`` are DuckDB SQL over the input columns
+    (``c0, c1, ...``), each with its OVER clause."""
+
+    partition: list[int] = field(default_factory=list)
+    calls: ExprSet = field(default_factory=lambda: ExprSet([], []))
+    state_tables: list[StateTableSchema] = field(default_factory=list)
+
+    def describe(self) -> str:
+        part = ", ".join(f"c{k}" for k in self.partition)
+        return f"OverWindow {{ partition: [{part}], calls: [{', '.join(self.calls.strict)}] }}"
 
 
 @dataclass(eq=False)
@@ -212,15 +261,21 @@ class UnionNode(PlanNode):
 
 @dataclass(eq=False)
 class HopWindowNode(PlanNode):
-    """HOP(time_col, slide, size): each row once per window containing it; appends
-    window_start and window_end columns (intervals as DuckDB SQL literals)."""
+    """HOP(time_col, slide, size [, offset]): each row once per window containing it;
+    appends window_start and window_end columns (intervals as DuckDB SQL literals; no
+    offset: "")."""
 
     time_col: int = 0
     slide: str = ""
     size: str = ""
+    offset: str = ""
 
     def describe(self) -> str:
-        return f"HopWindow {{ time_col: c{self.time_col}, slide: {self.slide}, size: {self.size} }}"
+        offset = f", offset: {self.offset}" if self.offset else ""
+        return (
+            f"HopWindow {{ time_col: c{self.time_col}, slide: {self.slide},"
+            f" size: {self.size}{offset} }}"
+        )
 
 
 @dataclass(eq=False)
@@ -281,6 +336,9 @@ class Fragment:
                 s = getattr(node, attr, None)
                 if isinstance(s, StateTableSchema) and not isinstance(node, StreamScanNode):
                     ids.append(s.table_id)
+            if isinstance(node, StreamScanNode):
+                # Its own tables (the upstream's ``state_schema`` belongs to the upstream).
+                ids += [t.table_id for t in (node.progress_table, node.log_table) if t]
             for s in getattr(node, "state_tables", []):
                 ids.append(s.table_id)
         return ids

@@ -71,7 +71,9 @@ class StreamRuntime:
         dispatchers: dict[int, list[Dispatcher]] = {}
         for fragment in graph.fragments:
             for actor_id in fragment.actor_ids:
-                leaves[actor_id] = LeafInputs(wait_committed=self._wait_committed)
+                leaves[actor_id] = LeafInputs(
+                    wait_committed=self._wait_committed, rebuilt=attach_now
+                )
                 dispatchers[actor_id] = []
         upstream_outputs: dict[int, list[object]] = {}
         for fragment in graph.fragments:
@@ -96,6 +98,16 @@ class StreamRuntime:
                     job.inboxes[actor_id] = leaf.inbox
                 root = build_executor(fragment.root, ctx, leaf)
                 job.actors[actor_id] = Actor(ctx, root, dispatchers[actor_id])
+        # Backfill progress is summed over these actors once they all reported.
+        self.services.backfill.track(
+            graph.job_id,
+            [
+                a
+                for f in graph.fragments
+                if any(isinstance(n, StreamScanNode) for n in f.leaves())
+                for a in f.actor_ids
+            ],
+        )
         if attach_now:
             for actor_id, outputs in upstream_outputs.items():
                 actor = self._actor(actor_id)
@@ -152,10 +164,33 @@ class StreamRuntime:
         leaves: dict[int, LeafInputs],
         upstream_outputs: dict[int, list[object]],
     ) -> None:
-        """A scan reads its upstream job's materialize fragment 1:1 (no-shuffle)."""
+        """A scan reads its upstream job's materialize fragment: 1:1 when it mirrors it
+        (or happens to share its vnode mapping), else through a hash exchange by the
+        upstream's distribution key (an arrangement backfill at the job's parallelism)."""
         upstream = self._fragment(node.upstream_fragment_id)
-        if len(upstream.actor_ids) != len(fragment.actor_ids):
-            raise ValueError("a scan fragment must mirror its upstream fragment's actors")
+        same_mapping = len(upstream.actor_ids) == len(fragment.actor_ids) and (
+            node.mirrors_upstream
+            or (
+                upstream.mapping is not None
+                and fragment.mapping is not None
+                and np.array_equal(upstream.mapping, fragment.mapping)
+            )
+        )
+        if not same_mapping:
+            if node.mirrors_upstream or fragment.mapping is None:
+                raise ValueError("a scan fragment must mirror its upstream fragment's actors")
+            assert node.state_schema is not None
+            key = list(node.state_schema.dist_key)
+            for up in upstream.actor_ids:
+                outputs = []
+                for down in fragment.actor_ids:
+                    channel = Channel()
+                    leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)
+                    outputs.append(Output(down, channel))
+                upstream_outputs.setdefault(up, []).append(
+                    HashDispatcher(next(self._dispatcher_ids), outputs, key, fragment.mapping)
+                )
+            return
         for up, down in zip(upstream.actor_ids, fragment.actor_ids):
             channel = Channel()
             leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)

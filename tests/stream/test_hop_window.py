@@ -38,6 +38,10 @@ WINDOWS = {
                "z", "hop", 90_000_000, 270_000_000, 0),
     "hop_date": ("SELECT * FROM HOP(d, day, INTERVAL '1' DAY, INTERVAL '7' DAY)",
                  "d", "hop", 86_400 * 10**6, 7 * 86_400 * 10**6, 0),
+    "hop_offset": ("SELECT * FROM HOP(t, ts, INTERVAL '2' MINUTE, INTERVAL '6' MINUTE,"
+                   " INTERVAL '45' SECOND)", "t", "hop", 2 * MIN, 6 * MIN, 45_000_000),
+    "hop_tz_offset": ("SELECT * FROM HOP(z, ts, INTERVAL '1' HOUR, INTERVAL '2' HOUR,"
+                      " INTERVAL '-10' MINUTE)", "z", "hop", 60 * MIN, 120 * MIN, -10 * MIN),
     "tumble": ("SELECT * FROM TUMBLE(t, ts, INTERVAL '7' MINUTE)", "t", "tumble", 7 * MIN,
                7 * MIN, 0),
     "tumble_offset": ("SELECT * FROM TUMBLE(t, ts, INTERVAL '10' MINUTE, INTERVAL '3' MINUTE)",
@@ -50,7 +54,9 @@ WINDOWS = {
 
 
 # The random scripts check a subset (every statement costs a checkpoint per MV).
-RANDOM_WINDOWS = {k: WINDOWS[k] for k in ("hop", "hop_tz", "hop_date", "tumble_offset")}
+RANDOM_WINDOWS = {
+    k: WINDOWS[k] for k in ("hop", "hop_tz", "hop_date", "hop_offset", "tumble_offset")
+}
 
 
 def _micros(t: dt.datetime | dt.date) -> int:
@@ -102,10 +108,12 @@ def _setup(con: rivulet.Connection, windows: dict = WINDOWS) -> rivulet.Cursor:
 
 
 def _check(cur: rivulet.Cursor, after: str, windows: dict = WINDOWS) -> None:
-    for name, (_, table, kind, slide, size, offset) in windows.items():
+    for name, (q, table, kind, slide, size, offset) in windows.items():
         got = _rows(cur, f"SELECT * FROM mv_{name}")
         want = expected(_rows(cur, f"SELECT * FROM {table}"), kind, slide, size, offset)
         assert got == want, f"mv_{name} differs after {after!r}"
+        # The same query as a batch SELECT (the binder's rewrite) gives the same rows.
+        assert _rows(cur, q) == want, f"batch {q!r} differs after {after!r}"
 
 
 @pytest.fixture
@@ -174,12 +182,20 @@ def test_window_arguments_are_checked() -> None:
             ("SELECT * FROM HOP(t, ts, INTERVAL '0' MINUTE, INTERVAL '3' MINUTE)", "22023"),
             ("SELECT * FROM TUMBLE(t, v, INTERVAL '1' MINUTE)", "42883"),
             ("SELECT * FROM HOP(t, ts, INTERVAL '1' MINUTE, INTERVAL '2' MINUTE, "
-             "INTERVAL '1' SECOND)", "0A000"),
+             "INTERVAL '1' SECOND, INTERVAL '1' SECOND)", "42601"),
+            ("SELECT * FROM TUMBLE(t, ts, 5)", "42601"),
+            ("SELECT * FROM TUMBLE(t, nope, INTERVAL '1' MINUTE)", "42703"),
+            ("SELECT * FROM TUMBLE(nope, ts, INTERVAL '1' MINUTE)", "42P01"),
         ]  # fmt: skip
         for q, state in bad:
+            # A materialized view and a batch query refuse it alike (sql/windows.py).
             with pytest.raises(DatabaseError) as err:
                 cur.execute(f"CREATE MATERIALIZED VIEW m AS {q}")
             assert err.value.sqlstate == state, q
+            with pytest.raises(DatabaseError) as batch_err:
+                cur.execute(q)
+            assert str(batch_err.value) == str(err.value), q
+            assert batch_err.value.sqlstate == state, q
     finally:
         con.close()
 
@@ -249,8 +265,9 @@ def test_random_changes_match_the_oracle(parallel: bool, script: list[str]) -> N
         max_size=6,
     ),
     units=st.integers(1, 4),
+    offset=st.sampled_from([0, 0, 3_000_000, -11_000_000]),
 )
-def test_executor_output_replays_to_the_windows(chunks: list, units: int) -> None:
+def test_executor_output_replays_to_the_windows(chunks: list, units: int, offset: int) -> None:
     """Chunks of inserts, deletes and update pairs (times may move, appear or vanish):
     replaying the output keyed by (id, window_start) gives every row's windows."""
     import numpy as np
@@ -266,7 +283,7 @@ def test_executor_output_replays_to_the_windows(chunks: list, units: int) -> Non
         [Field("id", BIGINT), Field("ts", TIMESTAMP)]
         + [Field("window_start", TIMESTAMP), Field("window_end", TIMESTAMP)]
     )
-    ex = HopWindowExecutor(None, schema, None, 1, slide, units * slide)  # type: ignore[arg-type]
+    ex = HopWindowExecutor(None, schema, None, 1, slide, units * slide, offset)  # type: ignore[arg-type]
     rows: dict[int, int | None] = {}
     out_state: dict[tuple, tuple] = {}
     for changes in chunks:
@@ -307,9 +324,9 @@ def test_executor_output_replays_to_the_windows(chunks: list, units: int) -> Non
         for ident, t in rows.items():
             if t is None:
                 continue
-            for k in range(t // slide - units, t // slide + 2):
-                if k * slide <= t < k * slide + units * slide:
-                    start = EPOCH + dt.timedelta(microseconds=k * slide)
+            for k in range(t // slide - units - 2, t // slide + 3):
+                if k * slide + offset <= t < k * slide + offset + units * slide:
+                    start = EPOCH + dt.timedelta(microseconds=k * slide + offset)
                     end = start + dt.timedelta(microseconds=units * slide)
                     want[(ident, start)] = (EPOCH + dt.timedelta(microseconds=t), end)
         assert out_state == want

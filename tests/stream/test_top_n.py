@@ -385,3 +385,25 @@ def test_executor_matches_a_model(
             assert emitted == _model_top(rows, group, asc, nulls_first, limit, offset), kind
     flush_chunk()
     assert emitted == _model_top(rows, group, asc, nulls_first, limit, offset)
+
+
+def test_order_by_names_only_the_select_list(con: rivulet.Connection) -> None:
+    """Regression: ORDER BY <position> counted the hidden key columns the plan carries
+    after the select list, so ``SELECT b ... ORDER BY 2`` silently ordered by the hidden
+    ``id`` instead of failing as PostgreSQL does (42P10); a qualified ORDER BY column
+    (``t.a``) was reported missing; a column of the table left out of the select list was
+    reported as not existing."""
+    cur = _setup(con, {})
+    cur.execute("INSERT INTO t VALUES (1, 5, 'p'), (2, 3, 'q'), (3, 4, 'r')")
+    for sql, state, message in [
+        ("SELECT b FROM t ORDER BY 2 LIMIT 1", "42P10", "ORDER BY position 2 is not in select list"),
+        ("SELECT b FROM t ORDER BY a LIMIT 1", "0A000", "ORDER BY a column that is not in the select list"),
+        ("SELECT b FROM t ORDER BY nope LIMIT 1", "42703", 'column "nope" does not exist'),
+    ]:  # fmt: skip
+        with pytest.raises(rivulet.Error) as info:
+            cur.execute(f"CREATE MATERIALIZED VIEW bad AS {sql}")
+        assert (info.value.sqlstate, info.value.message.split(":")[0]) == (state, message), sql
+    cur.execute("CREATE MATERIALIZED VIEW mv_q AS SELECT t.b, t.a FROM t ORDER BY t.a DESC LIMIT 2")
+    assert _rows(cur, "SELECT * FROM mv_q") == [("p", 5), ("r", 4)]
+    cur.execute("SHOW MATERIALIZED VIEWS")
+    assert cur.fetchall() == [("mv_q",)]

@@ -213,3 +213,54 @@ def test_union_aligns_barriers_of_any_inputs() -> None:
     first = out.index("B1")
     assert sorted(out[:first]) == [1, 10, 11]  # everything of epoch 1 before its barrier
     assert out[first + 1 : -1] == [2]
+
+
+def test_branch_types_meet_in_the_widest_type(con: rivulet.Connection) -> None:
+    """Regression: every branch was cast to the first branch's types, so an INT branch
+    first and a BIGINT value over 2^31 in the second failed the job (XX000 at CREATE, the
+    MV left behind empty). Now the column is BIGINT, as PostgreSQL's UNION makes it; a
+    bare NULL takes the other branches' type; text and numbers do not meet (42804)."""
+    cur = con.cursor()
+    for ddl in TABLES.values():
+        cur.execute(ddl)
+    cur.execute("INSERT INTO b VALUES (1, 5000000000, 'big')")
+    query = "SELECT k1, x FROM c UNION ALL SELECT id, x FROM b UNION ALL SELECT NULL, x FROM a"
+    cur.execute(f"CREATE MATERIALIZED VIEW mv_wide AS {query}")
+    cur.execute("INSERT INTO c VALUES (2, 'p', 7)")
+    cur.execute("INSERT INTO a VALUES (3, 1, 'p')")
+    cur.execute("INSERT INTO b VALUES (4, -6000000000, NULL)")
+    assert _rows(cur, "SELECT * FROM mv_wide") == [
+        (1, 5000000000),
+        (2, 7),
+        (4, -6000000000),
+        (None, 1),
+    ]
+    cur.execute(
+        "SELECT column_name, data_type FROM information_schema.columns"
+        " WHERE table_name = 'mv_wide' ORDER BY ordinal_position"
+    )
+    assert cur.fetchall()[:2] == [("k1", "integer"), ("x", "bigint")]
+    with pytest.raises(rivulet.Error) as info:
+        cur.execute("CREATE MATERIALIZED VIEW bad AS SELECT s FROM a UNION ALL SELECT x FROM b")
+    assert info.value.sqlstate == "42804"
+    assert info.value.message == "UNION types character varying and bigint cannot be matched"
+
+
+def test_union_all_with_order_by_limit_is_a_top_n(con: rivulet.Connection) -> None:
+    """Regression: ORDER BY ... LIMIT after a UNION ALL was dropped - the MV held every
+    row of every branch."""
+    cur = con.cursor()
+    for ddl in TABLES.values():
+        cur.execute(ddl)
+    query = "SELECT id, x FROM a UNION ALL SELECT id, x FROM b ORDER BY x DESC, id LIMIT 2"
+    cur.execute(f"CREATE MATERIALIZED VIEW mv_top AS {query}")
+    script = [
+        "INSERT INTO a VALUES (1, 1, 'p'), (2, 5, 'q')",
+        "INSERT INTO b VALUES (1, 3, 'p'), (2, 4, NULL)",
+        "DELETE FROM a WHERE id = 2",
+        "UPDATE b SET x = 0 WHERE id = 1",
+    ]
+    for stmt in script:
+        cur.execute(stmt)
+        got = _rows(cur, "SELECT * FROM mv_top")
+        assert len(got) == 2 and got == _rows(cur, query), stmt

@@ -12,6 +12,7 @@ from rivulet.common.errors import (
     DUPLICATE_COLUMN,
     FEATURE_NOT_SUPPORTED,
     INSUFFICIENT_PRIVILEGE,
+    INVALID_PARAMETER_VALUE,
     INVALID_SCHEMA_NAME,
     SYNTAX_ERROR,
     UNDEFINED_COLUMN,
@@ -108,13 +109,53 @@ def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):  # ty
         p for p in (props.expressions if props is not None else [])
         if not isinstance(p, exp.MaterializedProperty)
     ]  # fmt: skip
+    backfill_type: str | None = None
+    for option in list(options):
+        if isinstance(option, exp.Property) and _option_key(option.this).lower() == "backfill_type":
+            backfill_type = _backfill_type(_option_value(option.args.get("value")))
+            options.remove(option)
     if options:
         raise sql_error(
             FEATURE_NOT_SUPPORTED,
             f"materialized view options are not supported yet: {options[0].sql(dialect='postgres')}",
         )
     schema = target_schema(session, target)
-    return plan_materialized_view(session, schema, target.name, query, stmt.text)
+    planned = plan_materialized_view(session, schema, target.name, query, stmt.text)
+    _choose_scan_type(session, planned, backfill_type)
+    return planned
+
+
+def _backfill_type(value: str) -> str:
+    from rivulet.stream.plan import SCAN_TYPES
+
+    v = value.strip().lower()
+    if v not in SCAN_TYPES:
+        raise sql_error(
+            INVALID_PARAMETER_VALUE,
+            f'invalid value for option "backfill_type": "{value}"',
+            hint=f"Use one of: {', '.join(SCAN_TYPES)}.",
+        )
+    return v
+
+
+def _choose_scan_type(session: Session, planned, backfill_type: str | None) -> None:  # type: ignore[no-untyped-def]
+    """How the MV's scans read their upstreams' history: ``WITH (backfill_type = ...)``,
+    else the session's ``streaming_use_snapshot_backfill`` (snapshot), else
+    ``streaming_use_arrangement_backfill`` (true: arrangement, false: no_shuffle)."""
+    from rivulet.stream.executors.backfill import apply_scan_type
+    from rivulet.stream.plan import StreamScanNode
+
+    if backfill_type is None:
+        if session.config.get("streaming_use_snapshot_backfill") == "true":
+            backfill_type = "snapshot"
+        elif session.config.get("streaming_use_arrangement_backfill") == "false":
+            backfill_type = "no_shuffle"
+        else:
+            backfill_type = "arrangement"
+    if not any(isinstance(n, StreamScanNode) for n in planned.root.walk()):
+        return  # nothing to backfill (an MV over sources only)
+    apply_scan_type(planned.root, backfill_type)
+    planned.table = replace(planned.table, backfill_type=backfill_type)
 
 
 def explain_create(session: Session, stmt: Statement, ast: exp.Create) -> list[str]:

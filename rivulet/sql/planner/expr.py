@@ -9,9 +9,10 @@ types come from DuckDB itself, so the MV holds exactly what a batch query would 
 
 from __future__ import annotations
 
+import duckdb
 from sqlglot import exp
 
-from rivulet.common.errors import FEATURE_NOT_SUPPORTED, sql_error
+from rivulet.common.errors import FEATURE_NOT_SUPPORTED, INVALID_TEXT_REPRESENTATION, sql_error
 from rivulet.common.types import DataType
 from rivulet.sql.binder import Binder, position_of
 from rivulet.sql.planner.scope import Scope
@@ -55,13 +56,60 @@ class ExprCompiler:
         safe: list[str] = []
         errors: list[str] = []
         for e in exprs:
-            bound = self.binder.prepare(self.resolve_columns(e, scope))
+            resolved = self.resolve_columns(e, scope)
+            self._check_literal_operands(resolved, scope.types)
+            bound = self.binder.prepare(resolved)
             strict.append(bound.sql(dialect=DUCKDB))
             safe_tree, preds = _safe_form(bound)
             safe.append(safe_tree.sql(dialect=DUCKDB))
             errors.extend(preds)
         types = self.types_of(strict, scope.types)
         return ExprSet(strict, safe, errors), types
+
+    def compile_resolved(
+        self, trees: list[exp.Expression], input_types: list[DataType]
+    ) -> tuple[ExprSet, list[DataType]]:
+        """``compile`` for trees whose column references are ``c<i>`` already (the
+        planner adds references of its own, e.g. tie-breaking keys of window calls)."""
+        strict: list[str] = []
+        safe: list[str] = []
+        errors: list[str] = []
+        for tree in trees:
+            bound = self.binder.prepare(tree)
+            strict.append(bound.sql(dialect=DUCKDB))
+            safe_tree, preds = _safe_form(bound)
+            safe.append(safe_tree.sql(dialect=DUCKDB))
+            errors.extend(preds)
+        return ExprSet(strict, safe, errors), self.types_of(strict, input_types)
+
+    def _check_literal_operands(self, tree: exp.Expression, input_types: list[DataType]) -> None:
+        """A string literal compared with a value of another type is read as that type
+        when the query is planned, as PostgreSQL does (``a > 'abc'`` with an integer
+        ``a`` is 22P02): evaluated per row instead, it would fail every chunk."""
+        for node in tree.find_all(*_COMPARISONS):
+            if isinstance(node, exp.In):
+                operands = [node.this, *node.expressions]
+            else:
+                operands = [node.args.get(k) for k in ("this", "expression", "low", "high")]
+            operands = [o for o in operands if o is not None]
+            literals = [o for o in operands if isinstance(o, exp.Literal) and o.is_string]
+            others = [o for o in operands if not isinstance(o, exp.Literal | exp.Null)]
+            if not literals or not others:
+                continue
+            sql = self.binder.prepare(others[0].copy()).sql(dialect=DUCKDB)
+            target = self.types_of([sql], input_types)[0]
+            if target.name not in _READ_FROM_TEXT:
+                continue
+            for lit in literals:
+                try:
+                    self._cursor().execute("SELECT CAST(? AS " + target.duckdb + ")", [lit.this])
+                except duckdb.Error:
+                    shown = _READ_FROM_TEXT[target.name]
+                    raise sql_error(
+                        INVALID_TEXT_REPRESENTATION,
+                        f'invalid input syntax for type {shown}: "{lit.this}"',
+                        position=position_of(lit),
+                    ) from None
 
     def types_of(self, exprs: list[str], input_types: list[DataType]) -> list[DataType]:
         """DuckDB's result types of expressions over columns of the given types."""
@@ -72,6 +120,23 @@ class ExprCompiler:
         select = ", ".join(f"{e} AS e{i}" for i, e in enumerate(exprs))
         relation = self._cursor().sql(f"SELECT {select} FROM {source} AS input LIMIT 0")
         return [DataType.from_duckdb(str(t)) for t in relation.types]
+
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+# Types a string literal is read as when compared with them, by their name in messages.
+_READ_FROM_TEXT = {
+    "smallint": "smallint",
+    "integer": "integer",
+    "bigint": "bigint",
+    "numeric": "numeric",
+    "real": "real",
+    "double precision": "double precision",
+    "boolean": "boolean",
+    "date": "date",
+    "timestamp without time zone": "timestamp",
+    "timestamp with time zone": "timestamp with time zone",
+    "interval": "interval",
+}
 
 
 def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:

@@ -19,18 +19,27 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from rivulet.common.errors import (
+    DATATYPE_MISMATCH,
     FEATURE_NOT_SUPPORTED,
-    INVALID_PARAMETER_VALUE,
+    UNDEFINED_FUNCTION,
     UNDEFINED_TABLE,
     sql_error,
 )
-from rivulet.common.types import BIGINT, BOOLEAN, TIMESTAMP, DataType
+from rivulet.common.types import BIGINT, BOOLEAN, TEXT, DataType
 from rivulet.meta.catalog import TableCatalog
 from rivulet.sql.binder import Binder, pg_output_name, position_of
 from rivulet.sql.planner.expr import ExprCompiler
+from rivulet.sql.planner.over import check_placement, plan_over_windows, take_rank_filter
 from rivulet.sql.planner.scope import Scope, ScopeColumn
+from rivulet.sql.windows import (
+    time_column_index,
+    tumble_start_sql,
+    window_call,
+    window_function_name,
+    window_spec,
+    window_type,
+)
 from rivulet.storage.state_table import StateTableSchema
-from rivulet.stream.executors.hop_window import interval_micros
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     AggCall,
@@ -55,7 +64,7 @@ from rivulet.stream.plan import (
 _SUPPORTED_SHAPES = (
     "Materialized views maintain projections, filters, equi-joins (inner, left, right, full),"
     " GROUP BY with count, sum, min, max, avg, bool_and, bool_or and string_agg, DISTINCT,"
-    " UNION ALL, ORDER BY ... LIMIT and TUMBLE/HOP windows."
+    " UNION ALL, ORDER BY ... LIMIT, TUMBLE/HOP windows and window functions (OVER)."
 )
 
 
@@ -122,6 +131,9 @@ class StreamPlanner:
         for clause in ("windows", "qualify", "prewhere", "connect", "sample"):
             if q.args.get(clause):
                 raise _not_supported(clause.upper(), q)
+        check_placement(q)
+        # row_number() OVER (...) <= n over a subquery: a group top-N (planner/over.py).
+        take_rank_filter(q)
         rel = self._from(from_, q.args.get("joins") or [], q.args.get("where"))
         where = q.args.get("where")
         if where is not None and not getattr(where, "_consumed", False):
@@ -135,11 +147,14 @@ class StreamPlanner:
                 rel, select_items, group, aggs, having.this if having is not None else None
             )
             if having_expr is not None:
-                rel = self._filter(rel, having_expr)
+                rel = self._filter(rel, having_expr, "HAVING")
         elif having is not None:
             raise _not_supported("HAVING without GROUP BY or aggregates", having)
-        for node in q.find_all(exp.Window):
-            raise _not_supported("window functions (OVER)", node)
+        if any(item.find(exp.Window) for item in select_items):
+            rel, select_items = plan_over_windows(
+                self, rel, select_items, getattr(q, "_rank_filter", None)
+            )
+        input_scope = rel.scope  # what ORDER BY may name besides the select list
         rel, names = self._project_select(rel, select_items)
         if q.args.get("distinct"):
             if q.args["distinct"].args.get("on"):
@@ -149,7 +164,7 @@ class StreamPlanner:
         limit = q.args.get("limit")
         offset = q.args.get("offset")
         if limit is not None or offset is not None:
-            rel = self._top_n(rel, order, limit, offset, names)
+            rel = self._top_n(rel, order, limit, offset, names, input_scope)
         return rel
 
     # --------------------------------------------------------------------- FROM
@@ -195,6 +210,8 @@ class StreamPlanner:
             table_name=table.name,
             columns=columns,
             state_schema=table.state_schema(),
+            # Per-vnode backfill progress (its id from the fragmenter, like other state).
+            progress_table=progress_state_schema(table.state_schema()),
         )
         scope = Scope([ScopeColumn(alias, c.name, c.type, c.hidden) for c in table.columns])
         return Planned(node, scope, list(table.dist_key))
@@ -217,99 +234,52 @@ class StreamPlanner:
     def _table_function(self, item: exp.Table) -> Planned:
         fn = item.this
         name = fn.name.lower() if isinstance(fn, exp.Anonymous) else type(fn).__name__.lower()
-        args = (
-            list(fn.expressions) if isinstance(fn, exp.Anonymous) else list(fn.iter_expressions())
-        )
-        if name not in ("tumble", "hop"):
+        if window_function_name(item) is None:
             raise _not_supported(f"table function {name}()", item)
-        if not args or not isinstance(args[0], exp.Column | exp.Table):
-            raise sql_error("42601", f"{name.upper()} needs a relation as its first argument")
-        source_name = args[0].name
-        inner = self._scan(exp.Table(this=exp.to_identifier(source_name)))
-        alias = item.alias_or_name or source_name
+        # Checks and window arithmetic shared with the batch binder (sql/windows.py), in
+        # the same order: the call's form, its relation, its time column, its intervals.
+        call = window_call(item)
+        inner = self._scan(call.relation)
+        alias = call.alias
         inner = Planned(inner.node, inner.scope.requalified(alias), inner.dist)
-        if len(args) < (3 if name == "tumble" else 4):
-            raise sql_error("42601", f"{name.upper()} needs a time column and window sizes")
-        time_col = inner.scope.resolve(exp.column(args[1].name))
+        time_col = time_column_index(call, [c.name for c in inner.scope.columns], inner.scope.types)
         ts_type = inner.scope.columns[time_col].type
-        if ts_type.name not in ("timestamp without time zone", "timestamp with time zone", "date"):
-            raise sql_error(
-                "42883", f"{name.upper()} needs a timestamp, timestamptz or date time column"
-            )
-        if name == "tumble":
-            if len(args) > 4:
-                raise sql_error(
-                    "42601", "TUMBLE takes a relation, a time column, a size and an offset"
-                )
-            size = self._interval_sql(args[2])
-            size_us = self._window_micros(size, "window size")
-            offset_us = (
-                self._window_micros(self._interval_sql(args[3]), None) if len(args) > 3 else 0
-            )
-            # RisingWave's tumble_start: windows aligned to multiples of the size from the
-            # epoch (plus the offset), in microseconds (a month counts 30 days).
-            ts = (
-                f"c{time_col}"
-                if ts_type.name == "timestamp with time zone"
-                else f"CAST(c{time_col} AS TIMESTAMP)"
-            )
-            start = (
-                f"({ts} - to_microseconds((((epoch_us({ts}) - ({offset_us})) % {size_us})"
-                f" + {size_us}) % {size_us}))"
-            )
-            exprs = [f"c{i}" for i in range(len(inner.scope))]
-            exprs += [start, f"({start}) + {size}"]
-            types = inner.scope.types + self.exprs.types_of(
-                [start, f"({start}) + {size}"], inner.scope.types
-            )
+        spec = window_spec(call, self._interval_sql)
+        if call.kind == "tumble":
+            start = tumble_start_sql(f"c{time_col}", ts_type, spec.size_us, spec.offset_us)
+            end = f"({start}) + {spec.size}"
+            exprs = [f"c{i}" for i in range(len(inner.scope))] + [start, end]
+            types = inner.scope.types + self.exprs.types_of([start, end], inner.scope.types)
             names = [c.name for c in inner.scope.columns] + ["window_start", "window_end"]
-            node = ProjectNode(
+            node: PlanNode = ProjectNode(
                 Schema(Field(n, t) for n, t in zip(names, types)),
                 list(inner.node.stream_key),
                 inner.node.append_only,
                 [inner.node],
                 exprs=ExprSet.plain(exprs),
             )
-            scope = Scope(
-                inner.scope.columns
-                + [
-                    ScopeColumn(alias, "window_start", types[-2]),
-                    ScopeColumn(alias, "window_end", types[-1]),
-                ]
+            start_type, end_type = types[-2], types[-1]
+        else:
+            start_type = end_type = window_type(ts_type)
+            n = len(inner.scope)
+            node = HopWindowNode(
+                Schema(
+                    [Field(c.name, c.type) for c in inner.scope.columns]
+                    + [Field("window_start", start_type), Field("window_end", end_type)]
+                ),
+                list(inner.node.stream_key) + [n],
+                inner.node.append_only,
+                [inner.node],
+                time_col=time_col,
+                slide=spec.slide,
+                size=spec.size,
+                offset=spec.offset or "",
             )
-            return Planned(node, scope, inner.dist)
-        if len(args) > 4:
-            raise _not_supported("HOP with an offset", item)
-        slide = self._interval_sql(args[2])
-        size = self._interval_sql(args[3])
-        slide_us = self._window_micros(slide, "window slide")
-        size_us = self._window_micros(size, "window size")
-        if size_us % slide_us:
-            raise sql_error(
-                INVALID_PARAMETER_VALUE,
-                f"window_size {args[3].sql(dialect='postgres')} cannot be divided by "
-                f"window_slide {args[2].sql(dialect='postgres')}",
-            )
-        if ts_type.name == "date":
-            ts_type = TIMESTAMP  # as RisingWave: windows over a date are timestamps
-        n = len(inner.scope)
-        node = HopWindowNode(
-            Schema(
-                [Field(c.name, c.type) for c in inner.scope.columns]
-                + [Field("window_start", ts_type), Field("window_end", ts_type)]
-            ),
-            list(inner.node.stream_key) + [n],
-            inner.node.append_only,
-            [inner.node],
-            time_col=time_col,
-            slide=slide,
-            size=size,
-        )
         scope = Scope(
             inner.scope.columns
             + [
-                ScopeColumn(alias, "window_start", ts_type),
-                ScopeColumn(alias, "window_end", ts_type),
+                ScopeColumn(alias, "window_start", start_type),
+                ScopeColumn(alias, "window_end", end_type),
             ]
         )
         return Planned(node, scope, inner.dist)
@@ -317,18 +287,6 @@ class StreamPlanner:
     def _interval_sql(self, e: exp.Expression) -> str:
         bound = self.binder.prepare(e.copy())
         return bound.sql(dialect="duckdb")
-
-    def _window_micros(self, interval_sql: str, what: str | None) -> int:
-        """A window's constant interval in microseconds; ``what`` must be positive."""
-        try:
-            micros = interval_micros(interval_sql)
-        except Exception as exc:
-            raise sql_error(
-                "42601", f"window intervals must be constant intervals: {interval_sql}"
-            ) from exc
-        if what is not None and micros <= 0:
-            raise sql_error(INVALID_PARAMETER_VALUE, f"the {what} must be positive")
-        return micros
 
     # -------------------------------------------------------------------- joins
     def _join(self, left: Planned, join: exp.Join, where: exp.Where | None) -> Planned:
@@ -353,6 +311,10 @@ class StreamPlanner:
                 conjuncts = [c for c in _conjuncts(where.this)]
         combined = left.scope.concat(right.scope)
         n_left = len(left.scope)
+        if on is not None:  # an unknown or ambiguous column is that, not a missing equality
+            for col in on.find_all(exp.Column):
+                if not isinstance(col.this, exp.Star):
+                    combined.resolve(col)
         left_keys: list[exp.Expression] = []
         right_keys: list[exp.Expression] = []
         rest: list[exp.Expression] = []
@@ -376,6 +338,7 @@ class StreamPlanner:
         n_left = len(left.scope)
         condition = None
         if on is not None and rest:
+            self._check_boolean(rest, combined, "JOIN/ON")
             condition, _ = self.exprs.compile([exp.and_(*rest)], combined)
         left_node = ExchangeNode(
             left.node.schema,
@@ -471,21 +434,46 @@ class StreamPlanner:
     def _unify_key_types(self, left: Planned, lk: list[int], right: Planned, rk: list[int]) -> None:
         for a, b in zip(lk, rk):
             ta, tb = left.scope.columns[a].type, right.scope.columns[b].type
+            if _type_category(ta) != _type_category(tb):
+                raise sql_error(
+                    UNDEFINED_FUNCTION,
+                    f"operator does not exist: {ta.name} = {tb.name}",
+                    hint="No operator matches the given name and argument types."
+                    " You might need to add explicit type casts.",
+                )
             if _hash_family(ta) != _hash_family(tb):
                 raise _not_supported(
                     f"a join key comparing {ta.name} with {tb.name} (cast one side)"
                 )
 
     # ------------------------------------------------------------------- filter
-    def _filter(self, rel: Planned, condition: exp.Expression) -> Planned:
+    def _filter(self, rel: Planned, condition: exp.Expression, clause: str = "WHERE") -> Planned:
         if isinstance(condition, exp.Boolean) and condition.this is True:
             return rel
+        self._check_boolean(_conjuncts(condition), rel.scope, clause)
         exprs, _ = self.exprs.compile([condition], rel.scope)
         node = FilterNode(
             rel.node.schema, list(rel.node.stream_key), rel.node.append_only, [rel.node],
             condition=exprs,
         )  # fmt: skip
         return Planned(node, rel.scope, rel.dist)
+
+    def _check_boolean(self, conditions: list[exp.Expression], scope: Scope, clause: str) -> None:
+        """42804 unless each condition is boolean (as PostgreSQL when it plans the query;
+        evaluated per row, a text value would make every chunk fail)."""
+        conditions = [
+            c
+            for c in conditions
+            if not (isinstance(c, exp.Null) or (isinstance(c, exp.Literal) and c.is_string))
+        ]
+        _, types = self.exprs.compile(conditions, scope) if conditions else (None, [])
+        for c, t in zip(conditions, types):
+            if t.name != "boolean" and t.duckdb != "NULL":
+                raise sql_error(
+                    DATATYPE_MISMATCH,
+                    f"argument of {clause} must be type boolean, not type {t.name}",
+                    position=position_of(c),
+                )
 
     # -------------------------------------------------------------- aggregation
     def _find_aggs(self, q: exp.Select) -> list[exp.Expression]:
@@ -498,6 +486,9 @@ class StreamPlanner:
         for t in targets:
             for node in t.find_all(exp.AggFunc):
                 if node.find_ancestor(exp.Window):
+                    continue
+                # An aggregate of a subquery is the subquery's (refused when compiled).
+                if node.find_ancestor(exp.Select) is not q:
                     continue
                 # agg(...) FILTER (WHERE ...) is its own aggregate.
                 if isinstance(node.parent, exp.Filter):
@@ -785,18 +776,29 @@ class StreamPlanner:
         limit: exp.Expression | None,
         offset: exp.Expression | None,
         names: list[str],
+        input_scope: Scope | None = None,
     ) -> Planned:
         if order is None:
             raise _not_supported("LIMIT without ORDER BY", limit)
         keys: list[tuple[int, bool, bool]] = []
+        # The select list; the hidden key columns the plan carries follow it.
+        names = [c.name for c in rel.scope.columns if not c.hidden]
         for o in order.expressions:
             target = o.this
             if isinstance(target, exp.Literal) and not target.is_string:
                 index = int(target.this) - 1
+                if not 0 <= index < len(names):
+                    raise sql_error(
+                        "42P10",
+                        f"ORDER BY position {target.this} is not in select list",
+                        position=position_of(target),
+                    )
             elif isinstance(target, exp.Column) and not target.table and target.name in names:
                 index = names.index(target.name)
+            elif isinstance(target, exp.Column):
+                index = self._order_column(rel, target, names, input_scope, o)
             else:
-                index = rel.scope.resolve(target) if isinstance(target, exp.Column) else -1
+                index = -1
             if index < 0 or index >= len(rel.scope):
                 raise _not_supported("ORDER BY an expression that is not in the select list", o)
             desc = bool(o.args.get("desc"))
@@ -824,12 +826,37 @@ class StreamPlanner:
         )  # fmt: skip
         return Planned(node, rel.scope, None)
 
+    def _order_column(
+        self,
+        rel: Planned,
+        target: exp.Column,
+        names: list[str],
+        input_scope: Scope | None,
+        item: exp.Expression,
+    ) -> int:
+        """The output column an ORDER BY column names: ``t.a`` is the select item that
+        passes the input column ``t.a`` through; a column of the FROM clause that the
+        select list leaves out is refused (0A000), an unknown one is 42703."""
+        if input_scope is None:
+            return rel.scope.resolve(target)
+        source = input_scope.resolve(target)  # 42703 / 42702 / 42P01 as PostgreSQL
+        node = rel.node
+        if isinstance(node, ProjectNode) and node.exprs is not None:
+            for i, e in enumerate(node.exprs.strict[: len(names)]):
+                if e == f"c{source}":
+                    return i
+        raise _not_supported("ORDER BY a column that is not in the select list", item)
+
     # -------------------------------------------------------------------- union
     def _union(self, q: exp.Union) -> Planned:
         branches: list[exp.Expression] = []
 
         def collect(e: exp.Expression) -> None:
-            if isinstance(e, exp.Union) and not e.args.get("distinct"):
+            if e is q or (
+                isinstance(e, exp.Union)
+                and not e.args.get("distinct")
+                and not any(e.args.get(a) for a in ("order", "limit", "offset"))
+            ):
                 collect(e.this)
                 collect(e.expression)
             else:
@@ -841,9 +868,17 @@ class StreamPlanner:
         for p in planned[1:]:
             if len([c for c in p.scope.columns if not c.hidden]) != width:
                 raise sql_error("42601", "each UNION query must have the same number of columns")
-        visible_types = [c.type for c in planned[0].scope.columns if not c.hidden]
+        # A bare NULL in a branch takes the type of the other branches' values.
+        branch_types = [
+            [
+                None if _is_null_item(b, i) else c.type
+                for i, c in enumerate(c for c in p.scope.columns if not c.hidden)
+            ]
+            for b, p in zip(branches, planned)
+        ]
+        visible_types = [self._union_type(list(ts)) for ts in zip(*branch_types)]
         names = [c.name for c in planned[0].scope.columns if not c.hidden]
-        # Each branch: its visible columns (cast to the first branch's types), a branch
+        # Each branch: its visible columns (cast to the common types), a branch
         # number, and a slot for every branch's key columns (NULL outside its branch).
         key_types: list[DataType] = []
         key_slots: list[list[int]] = []
@@ -893,10 +928,55 @@ class StreamPlanner:
             [ScopeColumn(None, n, t) for n, t in zip(names, visible_types)]
             + [ScopeColumn(None, n, t, True) for n, t in zip(out_names[width:], out_types[width:])]
         )
-        return Planned(node, scope, full_key)
+        rel = Planned(node, scope, full_key)
+        # ... UNION ALL ... ORDER BY ... LIMIT: a top-N of the whole union.
+        if q.args.get("limit") is not None or q.args.get("offset") is not None:
+            rel = self._top_n(
+                rel, q.args.get("order"), q.args.get("limit"), q.args.get("offset"), names
+            )
+        return rel
+
+    def _union_type(self, types: list[DataType | None]) -> DataType:
+        """The type of a UNION column: PostgreSQL's rules - values of one category (numbers,
+        strings, dates and timestamps) meet in the widest type, others must be equal.
+        ``None``: a bare NULL, which takes the others' type (text when all are NULL)."""
+        known = [t for t in types if t is not None] or [TEXT]
+        out = known[0]
+        for t in known[1:]:
+            if t == out:
+                continue
+            if _type_category(t) != _type_category(out):
+                raise sql_error(
+                    DATATYPE_MISMATCH, f"UNION types {out.name} and {t.name} cannot be matched"
+                )
+            out = self.exprs.types_of(["coalesce(c0, c1)"], [out, t])[0]
+        return out
 
 
 # ------------------------------------------------------------------ helpers
+def _is_null_item(query: exp.Expression, index: int) -> bool:
+    """Whether select item ``index`` of a UNION branch is a bare NULL."""
+    if not isinstance(query, exp.Select):
+        return False
+    items = query.expressions
+    if any(isinstance(i, exp.Star) or isinstance(i.this, exp.Star) for i in items):
+        return False
+    if index >= len(items):
+        return False
+    item = items[index]
+    return isinstance(item.this if isinstance(item, exp.Alias) else item, exp.Null)
+
+
+def _type_category(t: DataType) -> str:
+    if t.name in ("smallint", "integer", "bigint", "numeric", "real", "double precision"):
+        return "number"
+    if t.name in ("character varying", "text", "name"):
+        return "string"
+    if t.name in ("date", "timestamp without time zone", "timestamp with time zone"):
+        return "datetime"
+    return t.name
+
+
 def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
     if isinstance(e, exp.And):
         return _conjuncts(e.this) + _conjuncts(e.expression)
@@ -941,10 +1021,14 @@ def _hash_family(t: DataType) -> str:
 def _int_literal(e: exp.Expression | None, what: str) -> int | None:
     if e is None:
         return None
-    if isinstance(e, exp.Literal) and not e.is_string:
-        n = int(e.this)
+    negative = isinstance(e, exp.Neg)
+    if negative:
+        e = e.this
+    if isinstance(e, exp.Literal) and not e.is_string and e.this.isdigit():
+        n = -int(e.this) if negative else int(e.this)
         if n < 0:
-            raise sql_error("2201W", f"{what} must not be negative")
+            # PostgreSQL: 2201W for LIMIT, 2201X for OFFSET.
+            raise sql_error("2201W" if what == "LIMIT" else "2201X", f"{what} must not be negative")
         return n
     raise _not_supported(f"{what} with an expression", e)
 
@@ -1040,6 +1124,13 @@ def agg_state_schemas(
 def topn_state_schema(node: PlanNode) -> StateTableSchema:
     cols = tuple((f"c{i}", f.type) for i, f in enumerate(node.schema))
     return StateTableSchema(0, cols, tuple(node.stream_key), ())
+
+
+def progress_state_schema(upstream: StateTableSchema) -> StateTableSchema:
+    """A scan's per-vnode backfill progress: the executor's layout."""
+    from rivulet.stream.executors.backfill import progress_state_schema as layout
+
+    return layout(upstream)
 
 
 def source_state_schema() -> StateTableSchema:

@@ -2,7 +2,8 @@
 
 RisingWave's HOP semantics: windows start at every multiple of ``slide`` counted from the
 epoch (1970-01-01 00:00:00, in UTC for timestamptz); a row with time ``t`` belongs to the
-``size / slide`` windows with ``window_start <= t < window_start + size``; rows whose time
+``size / slide`` windows with ``window_start <= t < window_start + size`` (with an offset,
+windows start at multiples of ``slide`` plus the offset); rows whose time
 is NULL belong to no window. Intervals count a month as 30 days and a day as 24 hours, as
 RisingWave's ``tumble_start`` does.
 
@@ -53,12 +54,13 @@ def interval_micros(sql: str) -> int:
     return v.months * USECS_PER_MONTH + v.days * USECS_PER_DAY + v.nanoseconds // 1000
 
 
-def window_starts(t: np.ndarray, slide: int, size: int) -> np.ndarray:
+def window_starts(t: np.ndarray, slide: int, size: int, offset: int = 0) -> np.ndarray:
     """``[len(t), size // slide]`` window starts of each time ``t`` (microseconds),
-    earliest first."""
+    earliest first: the first is RisingWave's ``tumble_start(t - (size - slide), slide,
+    offset)``."""
     units = size // slide
     shifted = t - (size - slide)
-    first = shifted - np.mod(shifted, slide)  # floor to a multiple of the slide
+    first = shifted - np.mod(shifted - offset, slide)  # floor to a multiple, plus offset
     return first[:, None] + np.arange(units, dtype=np.int64)[None, :] * slide
 
 
@@ -71,6 +73,7 @@ class HopWindowExecutor(Executor):
         time_col: int,
         slide: int,
         size: int,
+        offset: int = 0,
     ) -> None:
         super().__init__(ctx, schema)
         if slide <= 0 or size <= 0 or size % slide:
@@ -79,6 +82,7 @@ class HopWindowExecutor(Executor):
         self.time_col = time_col
         self.slide = slide
         self.size = size
+        self.offset = offset
         arrow = schema.arrow()
         self._data_schema = pa.schema(list(arrow)[:-2])
         self._window_type = arrow.field(len(arrow) - 2).type
@@ -111,7 +115,7 @@ class HopWindowExecutor(Executor):
         if n == 0:
             return chunk
         units = self.size // self.slide
-        starts = window_starts(self._times(time), self.slide, self.size).ravel()
+        starts = window_starts(self._times(time), self.slide, self.size, self.offset).ravel()
         rows = np.repeat(np.arange(n, dtype=np.int64), units)
         ops = np.repeat(chunk.ops, units)
         pairs = np.flatnonzero(chunk.ops[:-1] == Op.UPDATE_DELETE) if n > 1 else np.array([], int)

@@ -24,15 +24,21 @@ for ASC, NULLS FIRST for DESC, as the planner passes them), then the stream key 
 (NULLs last). Ties in the ORDER BY columns are thus broken by the stream key: the result is
 always one of the valid answers of ``ORDER BY ... LIMIT``, and always the same one.
 
-Per chunk: the chunk's net change per key (its last op) is applied to the cached rows of
-the groups it touches in one vectorized pass (Arrow sort and numpy), the top range is
-compared before and after, and one consolidated change set is emitted.
+Per epoch (its chunks are applied together at the barrier, or every ``BATCH_ROWS`` rows):
+the net change per key (its last op) is applied to the cached rows of the groups it
+touches in one vectorized pass (Arrow sort and numpy), the top range is compared before
+and after, and one consolidated change set is emitted.
+
+Per-group top-N is what ``row_number() OVER (PARTITION BY g ORDER BY o) <= n`` plans to;
+``rank_output`` then adds each row's row_number as a last column (a row whose position
+changes is updated). A new job's actor never reads state for a group it has not seen (it
+caches every group it writes); a rebuilt one reads state once its first epoch committed.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -42,14 +48,19 @@ import pyarrow.compute as pc
 from rivulet.common.chunk import OP_COLUMN, VNODE_COLUMN, Op, StreamChunk
 from rivulet.storage.state_table import StateTable, last_per_key, quote_ident
 from rivulet.stream.executor import ActorContext, Executor, Schema
+from rivulet.stream.executors.agg_state import table_exists
 from rivulet.stream.message import Message
 
 # A constant column standing for "the one group" when there is no GROUP key.
 _G = "__topn_group"
 _COMPLETE = "__complete"
 _MARK = "__mark"
+# The row_number column a top-N planned from ``row_number() OVER (...) <= n`` outputs.
+_RANK = "__rank"
 # Reloads read this many rows beyond offset + limit (at least), to absorb deletes.
 MIN_SPARE_ROWS = 64
+# Input rows applied together at most (an epoch's chunks are applied at its barrier).
+BATCH_ROWS = 65_536
 _names = itertools.count()
 
 
@@ -105,6 +116,8 @@ class TopNExecutor(Executor):
         group_key: list[int],
         *,
         append_only: bool,
+        rank_output: bool = False,
+        wait_committed: Callable[[int], Awaitable[int]] | None = None,
     ) -> None:
         super().__init__(ctx, schema)
         self.input = input
@@ -122,6 +135,9 @@ class TopNExecutor(Executor):
             self.capacity = self.end + max(self.end, MIN_SPARE_ROWS)
         names = state.schema.column_names
         self.names = names
+        # Columns compared and output: the row's, then its position if asked for.
+        self.rank_output = rank_output
+        self.out_cols = [*names, _RANK] if rank_output else list(names)
         self.synthetic_group = not group_key
         self.gcols = [names[i] for i in group_key] or [_G]
         # The key rows are identified by in memory (all columns when there is no key:
@@ -137,18 +153,50 @@ class TopNExecutor(Executor):
         self.loaded: pa.Table = pa.schema([*gfields, pa.field(_COMPLETE, pa.bool_())]).empty_table()
         self.bounds: pa.Table = self.row_schema.empty_table()
         self._one_group = pa.table({_G: pa.array([0], pa.int8())})
+        # Whether state may hold groups the cache has not seen: False for a new job's
+        # actor (it caches every group it writes), so that new groups need no read.
+        self.may_have_state = True
+        self.wait_committed = wait_committed
+        self._started = False
+
+    async def _start(self) -> bool:
+        """Before the first message: is there committed state (a rebuilt actor)?"""
+        self._started = True
+        schema = self.state.schema
+        self.may_have_state = await self.ctx.run_blocking(lambda cur: table_exists(cur, schema))
+        return self.may_have_state
 
     async def execute(self) -> AsyncIterator[Message]:
+        pending: list[StreamChunk] = []
+        rows = 0
         async for msg in self.input.execute():
             if isinstance(msg, StreamChunk):
+                if not self._started:
+                    await self._start()
                 if msg.num_rows == 0:
                     continue
-                out = await self.ctx.run_blocking(lambda cur, m=msg: self.apply(m, cur))
+                # An epoch's chunks are applied together (at the barrier, or once
+                # BATCH_ROWS rows wait): one pass and one change set for the many small
+                # chunks a hash exchange delivers.
+                pending.append(msg)
+                rows += msg.num_rows
+                if rows < BATCH_ROWS:
+                    continue
+            if pending:
+                batch = concat_chunks(pending)
+                pending, rows = [], 0
+                out = await self.ctx.run_blocking(lambda cur, m=batch: self.apply(m, cur))
                 if out is not None and out.num_rows:
                     yield out
+            if isinstance(msg, StreamChunk):
                 continue
+            resume = not self._started and await self._start()
             self.seal(msg)
             yield msg
+            if resume and self.wait_committed is not None:
+                # A rebuilt actor reads state once the epoch its first barrier ends is
+                # committed: the previous owner's last writes are in it.
+                await self.wait_committed(msg.epoch)
 
     # ------------------------------------------------------------------ rows
     def _rows(self, data: pa.Table) -> pa.Table:
@@ -197,12 +245,16 @@ class TopNExecutor(Executor):
     def _window(self, table: pa.Table) -> pa.Table:
         """The rows ranked in ``[offset, end)`` of a sorted, group-contiguous table."""
         if table.num_rows == 0:
+            if self.rank_output:
+                table = table.append_column(_RANK, pa.array([], pa.int64()))
             return table
         (gid,) = key_ids([table], self.gcols)
         rank, _ = _group_starts(gid)
         keep = rank >= self.offset
         if self.end is not None:
             keep &= rank < self.end
+        if self.rank_output:
+            table = table.append_column(_RANK, pa.array(rank + 1, pa.int64()))
         return table.filter(pa.array(keep))
 
     # ----------------------------------------------------------------- state
@@ -275,7 +327,7 @@ class TopNExecutor(Executor):
         missing = groups.filter(pa.array(~np.isin(g_new, g_known)))
         if missing.num_rows == 0:
             return
-        rows = self._load(missing, cur)
+        rows = self._load(missing, cur) if self.may_have_state else self.row_schema.empty_table()
         complete, bounds = self._loaded_state(rows, missing)
         self.cache = pa.concat_tables([self.cache, rows]).combine_chunks()
         entries = missing.append_column(_COMPLETE, pa.array(complete))
@@ -431,7 +483,7 @@ class TopNExecutor(Executor):
             new_kept = new_kept.take(pa.array(np.argsort(kn, kind="stable")))
             old_kept = old_kept.take(pa.array(np.argsort(ko, kind="stable")))
             same = np.ones(old_kept.num_rows, dtype=bool)
-            for name in self.names:
+            for name in self.out_cols:
                 a, b = old_kept.column(name), new_kept.column(name)
                 eq = pc.fill_null(pc.equal(a, b), False)
                 both_null = pc.and_(pc.is_null(a), pc.is_null(b))
@@ -455,8 +507,20 @@ class TopNExecutor(Executor):
         if not parts:
             return None
         out = StreamChunk.concat(parts)
-        data = out.data.select(self.names).rename_columns(self.schema.names).cast(self._out_schema)
+        data = out.data.select(self.out_cols).rename_columns(self.schema.names)
+        data = data.cast(self._out_schema)
         return StreamChunk(data, out.ops)
+
+
+def concat_chunks(chunks: list[StreamChunk]) -> StreamChunk:
+    """Chunks of one input as one (their schemas may differ in field metadata only)."""
+    if len(chunks) == 1:
+        return chunks[0]
+    schema = chunks[0].data.schema
+    return StreamChunk(
+        pa.concat_tables([c.data.cast(schema) for c in chunks]),
+        np.concatenate([c.ops for c in chunks]),
+    )
 
 
 _INTERVAL = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
