@@ -99,6 +99,8 @@ class Engine:
             self.backfill = BackfillProgress()
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
+            self.ddl.backfill = self.backfill
+            self.barrier.epoch_writers.append(self.ddl.progress_writer)
             self.barrier.on_failure = self._rebuild_dataflow
             self.params.on_change.append(self._apply_system_param)
             self.ddl.replan = self._replan_materialized_view
@@ -120,6 +122,7 @@ class Engine:
             raise
         self.closed = False
         self.started = False
+        self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Start the barrier manager and the jobs in the catalog (on the running loop)."""
@@ -129,12 +132,15 @@ class Engine:
         self.barrier.start()
         # Deferred parallelism targets are applied by this rebuild and recorded at once.
         change = CatalogChange()
-        jobs = self.ddl.start_existing(change)
+        jobs = self.ddl.start_existing(change, self.ddl.pinned_counts())
         replace_graph(jobs, change)
         self.store.run_setup(change.statements)
         change.committed()
         for job in jobs:
             self.runtime.start_job(job)
+        self._watcher = asyncio.get_running_loop().create_task(
+            self.ddl.watch_backfills(), name="backfill-watch"
+        )
 
     def _apply_system_param(self, name: str, value: str) -> None:
         if name == "barrier_interval_ms":
@@ -156,9 +162,10 @@ class Engine:
     def _rebuild_dataflow(self, error: Error) -> None:
         """After a failure: drop every actor and rebuild the jobs of the catalog from the
         last committed checkpoint. Synchronous, so no statement sees it half done."""
+        pinned = self.ddl.pinned_counts()
         self.runtime.abort_all()
         change = CatalogChange()
-        jobs = self.ddl.start_existing(change)
+        jobs = self.ddl.start_existing(change, pinned)
         replace_graph(jobs, change)
         # Recovery runs when no commit is under way (the barrier manager defers it until
         # the running one ends): the rebuilt layout is written at once, outside any epoch.
@@ -183,6 +190,10 @@ class Engine:
         if self.closed:
             return
         if self.started:
+            if self._watcher is not None:
+                self._watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._watcher
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.barrier.flush(), 30)
             await self.runtime.shutdown()

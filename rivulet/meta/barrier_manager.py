@@ -85,6 +85,11 @@ class BarrierManager:
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._inject_on_resume = False
+        # Called at each commit on the loop: each returns what to write with the epoch
+        # (e.g. backfill progress for rw_ddl_progress), or None.
+        self.epoch_writers: list[
+            Callable[[], Callable[[duckdb.DuckDBPyConnection], None] | None]
+        ] = []
 
     # ----------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -214,6 +219,9 @@ class BarrierManager:
         writes += [c.write for c in state.changes]
         if self.row_errors is not None and (counted := self.row_errors.take_unsaved()):
             writes.append(partial(_save_row_errors, counted))
+        for writer in self.epoch_writers:
+            if (write := writer()) is not None:
+                writes.append(write)
         if writes:
             await loop.run_in_executor(self._executor, self.store.commit_epoch, state.epoch, writes)
         for table, _ in state.sealed:

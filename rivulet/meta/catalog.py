@@ -72,6 +72,15 @@ class TableCatalog:
     # ``no_shuffle``, ``upstream_only``; "" for a job without scans): a job rebuilt while
     # still backfilling goes on the same way.
     backfill_type: str = ""
+    # ``creating`` while the job's scans backfill, then ``created``. A creating job runs
+    # at ``backfill_parallelism`` when one is set; ``background``: its CREATE returned at
+    # once; ``backfill_rate_limit``: rows per second per scan actor (None: unlimited).
+    status: str = "created"
+    background: bool = False
+    backfill_parallelism: str | None = None
+    backfill_rate_limit: int | None = None
+    # Why a stored target waits (``blocked by job <id>``), shown by rw_streaming_jobs.
+    reconcile_note: str | None = None
 
     @property
     def is_streaming_job(self) -> bool:
@@ -87,7 +96,23 @@ class TableCatalog:
             "options": [list(kv) for kv in self.options],
             "internal_tables": list(self.internal_tables),
             "backfill_type": self.backfill_type,
+            "status": self.status,
+            "background": self.background,
+            "backfill_parallelism": self.backfill_parallelism,
+            "backfill_rate_limit": self.backfill_rate_limit,
+            "reconcile_note": self.reconcile_note,
         }
+
+    @property
+    def creating(self) -> bool:
+        return self.status == "creating"
+
+    @property
+    def running_policy(self) -> str:
+        """The policy its actors are built with now."""
+        if self.creating and self.backfill_parallelism is not None:
+            return self.backfill_parallelism
+        return self.parallelism
 
     @property
     def visible_columns(self) -> list[ColumnCatalog]:
@@ -171,6 +196,10 @@ _META_DDL = [
         job_id INTEGER NOT NULL, fragment_id INTEGER NOT NULL, operator VARCHAR NOT NULL,
         count BIGINT NOT NULL, last_seen TIMESTAMPTZ NOT NULL,
         PRIMARY KEY (job_id, fragment_id, operator))""",
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.ddl_progress (
+        ddl_id INTEGER PRIMARY KEY, ddl_statement VARCHAR NOT NULL,
+        create_type VARCHAR NOT NULL, progress VARCHAR NOT NULL,
+        initialized_at TIMESTAMPTZ NOT NULL, backfill_type VARCHAR NOT NULL)""",
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.workers (
         id INTEGER PRIMARY KEY, host VARCHAR NOT NULL, port INTEGER NOT NULL,
         slots INTEGER NOT NULL)""",
@@ -229,6 +258,11 @@ class Catalog:
                 options=tuple(tuple(kv) for kv in p.get("options") or ()),
                 internal_tables=tuple(p.get("internal_tables") or ()),
                 backfill_type=str(p.get("backfill_type") or ""),
+                status=str(p.get("status") or "created"),
+                background=bool(p.get("background")),
+                backfill_parallelism=p.get("backfill_parallelism"),
+                backfill_rate_limit=p.get("backfill_rate_limit"),
+                reconcile_note=p.get("reconcile_note"),
             )  # fmt: skip
 
     # ----------------------------------------------------------------- lookups
@@ -308,7 +342,13 @@ class Catalog:
     ) -> None:
         """Store the policy a job's actors run with, and the one to apply at its next
         rebuild (None: none)."""
-        updated = replace(table, parallelism=policy, target_parallelism=target)
+        self.update_job(table, change, parallelism=policy, target_parallelism=target)
+
+    def update_job(
+        self, table: TableCatalog, change: CatalogChange, **fields: object
+    ) -> TableCatalog:
+        """Change a job's properties (status, policies, ...) with ``change``."""
+        updated = replace(table, **fields)  # type: ignore[arg-type]
         change.statements.append(
             (
                 f"UPDATE {META_SCHEMA}.objects SET properties = ? WHERE id = ?",
@@ -316,6 +356,7 @@ class Catalog:
             )
         )
         change.on_commit.append(lambda: self._put(updated))
+        return updated
 
     def _put(self, table: TableCatalog) -> None:
         self.tables[table.id] = table

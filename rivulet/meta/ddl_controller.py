@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+
+import duckdb
 
 from rivulet.common.errors import (
     DEPENDENT_OBJECTS_STILL_EXIST,
     DUPLICATE_TABLE,
+    OBJECT_NOT_IN_PREREQUISITE_STATE,
+    QUERY_CANCELED,
+    UNDEFINED_OBJECT,
     UNDEFINED_TABLE,
     sql_error,
 )
@@ -27,7 +33,9 @@ from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.fragmenter import fragment_job
 from rivulet.meta.fragments import delete_graph, persist_graph, replace_graph
+from rivulet.storage.state_store import META_SCHEMA
 from rivulet.storage.state_table import StateTableSchema
+from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.connectors import offsets_state_schema
 from rivulet.stream.executor import Field, Schema
 from rivulet.stream.executors.backfill import apply_scan_type
@@ -100,6 +108,9 @@ def _connector_table_plan(table: TableCatalog, schema: Schema) -> PlanNode:
     )
 
 
+log = logging.getLogger(__name__)
+
+
 class DdlController:
     def __init__(
         self,
@@ -117,6 +128,11 @@ class DdlController:
         self.replan: Callable[[TableCatalog], PlanNode] | None = None
         # Whether worker changes reschedule adaptive jobs (a system parameter's).
         self.automatic_parallelism: Callable[[], bool] = lambda: True
+        # Scan actors' backfill reports and rate limits (the engine's).
+        self.backfill = BackfillProgress()
+        self._progress_shown = True  # clear stale rows at the first commit
+        # Jobs whose backfill is done and that are being rebuilt at their normal policy.
+        self._finishing: set[int] = set()
 
     # ---------------------------------------------------------------- create
     async def create_table(self, table: TableCatalog, *, if_not_exists: bool = False) -> bool:
@@ -151,8 +167,18 @@ class DdlController:
             return True
 
     async def create_materialized_view(
-        self, planned: PlannedMaterializedView, *, if_not_exists: bool = False
+        self,
+        planned: PlannedMaterializedView,
+        *,
+        if_not_exists: bool = False,
+        background: bool = False,
+        rate_limit: int | None = None,
+        backfill_parallelism: str | None = None,
+        cancelled: Callable[[], bool] = lambda: False,
     ) -> bool:
+        """Create an MV. One whose scans read history stays CREATING until every scan
+        actor has read its part (``watch_backfills`` marks it CREATED); a foreground
+        CREATE waits for that, a background one returns at once."""
         async with self.lock:
             table = planned.table
             if self.catalog.name_taken(table.schema, table.name):
@@ -160,7 +186,17 @@ class DdlController:
                     return False
                 raise sql_error(DUPLICATE_TABLE, f'relation "{table.name}" already exists')
             change = CatalogChange()
-            table = replace(table, id=self.catalog.allocate_id(change))
+            creating = table.backfill_type not in ("", "upstream_only")
+            table = replace(
+                table,
+                id=self.catalog.allocate_id(change),
+                status="creating" if creating else "created",
+                background=background,
+                backfill_parallelism=backfill_parallelism if creating else None,
+                backfill_rate_limit=rate_limit,
+            )
+            if rate_limit is not None:
+                self.backfill.set_rate_limit(table.id, rate_limit)
             root = planned.root
             assert isinstance(root, MaterializeNode)
             root.table_id = table.id
@@ -179,10 +215,18 @@ class DdlController:
                     with contextlib.suppress(Exception):
                         await self._drop_locked(self._with_dependents(created))
                 raise
-            return True
+        if creating and not background:
+            try:
+                await self.wait_created(table.id, cancelled)
+            except BaseException:
+                # The client gave up (cancel request, disconnect): the job goes too.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.cancel_job(table.id, missing_ok=True))
+                raise
+        return True
 
     async def _create_job(self, table: TableCatalog, root: PlanNode, change: CatalogChange) -> int:
-        parallelism = self.cluster.parallelism(table.parallelism)
+        parallelism = self.cluster.parallelism(table.running_policy)
         try:
             job = fragment_job(
                 root, table.id, parallelism, self.catalog, self.cluster, self.runtime, change
@@ -210,20 +254,31 @@ class DdlController:
             await actor.stop()
         self.runtime.forget_job(running.graph.job_id)
 
-    def start_existing(self, applied: CatalogChange | None = None) -> list[RunningJob]:
+    def start_existing(
+        self, applied: CatalogChange | None = None, pinned: dict[int, int] | None = None
+    ) -> list[RunningJob]:
         """At start, after a failure and for a reschedule: rebuild the job of every table
         and MV in the catalog from its definition (the caller starts them). Their state is
         what the last checkpoint committed; scans take no snapshot (the MVs hold their past
         already). A job with a deferred parallelism target is built with it; ``applied``
-        gets the catalog change that records so (for the caller to commit)."""
+        gets the catalog change that records so (for the caller to commit). Jobs in
+        ``pinned`` keep that many actors (jobs tied to a creating backfill that cannot
+        move), and their targets wait."""
+        pinned = pinned or {}
         jobs = []
         for table in self.catalog.all_tables():  # by id: upstream jobs before dependents
             if not table.is_streaming_job:
                 continue
-            if table.target_parallelism is not None:
+            if table.creating and table.backfill_rate_limit is not None:
+                self.backfill.set_rate_limit(table.id, table.backfill_rate_limit)
+            if table.target_parallelism is not None and table.id not in pinned:
                 if applied is not None:
-                    self.catalog.set_parallelism(table, table.target_parallelism, applied)
+                    self.catalog.update_job(
+                        table, applied, parallelism=table.target_parallelism,
+                        target_parallelism=None, reconcile_note=None,
+                    )  # fmt: skip
                 table = replace(table, parallelism=table.target_parallelism)
+            policy = str(pinned[table.id]) if table.id in pinned else table.running_policy
             if table.kind == "table":
                 root = table_plan(table)
             else:
@@ -238,7 +293,7 @@ class DdlController:
                 )  # fmt: skip
             change = CatalogChange()  # ids of a rebuilt job's actors are not persisted
             job = fragment_job(
-                root, table.id, self.cluster.parallelism(table.parallelism), self.catalog,
+                root, table.id, self.cluster.parallelism(policy), self.catalog,
                 self.cluster, self.runtime, change, reuse_internal=table.internal_tables,
             )  # fmt: skip
             running, _ = self.runtime.build_job(job.graph, attach_now=True)
@@ -248,10 +303,9 @@ class DdlController:
         return jobs
 
     def _backfill_finished(self, table: TableCatalog) -> bool:
-        """Whether a rebuilt job's scans only forward changes (``none``). Without a job
-        status yet, only jobs older than scan types; the scans of the others read their
-        progress and forward once it says done."""
-        return not table.backfill_type
+        """Whether a rebuilt job's scans only forward changes (``none``): a created job's
+        (or one older than scan types); a creating job's resume from their progress."""
+        return not table.backfill_type or not table.creating
 
     # ----------------------------------------------------------- reschedule
     async def alter_parallelism(self, table: TableCatalog, policy: str, *, deferred: bool) -> None:
@@ -264,23 +318,266 @@ class DdlController:
             if current is None:
                 raise sql_error(UNDEFINED_TABLE, f'relation "{table.name}" does not exist')
             change = CatalogChange()
+            blockers = self._blockers(current)
             if deferred:
-                target = None if policy == current.parallelism else policy
+                target = None if policy == current.parallelism and not blockers else policy
                 if target == current.target_parallelism:
                     return
-                self.catalog.set_parallelism(current, current.parallelism, change, target=target)
+                note = _blocked_note(current, blockers) if target is not None else None
+                self.catalog.update_job(
+                    current, change, target_parallelism=target, reconcile_note=note
+                )
                 await self.barrier.checkpoint(change)
                 return
+            self._refuse_if_blocked(current, blockers)
             running = self.runtime.jobs.get(table.id)
             live = running is not None and all(
                 len(f.actor_ids) == self.cluster.parallelism(policy)
                 for f in running.graph.fragments
                 if f.mapping is not None and not _mirrors_upstream(f)
             )
-            if policy == current.parallelism and current.target_parallelism is None and live:
+            if (
+                policy == current.parallelism
+                and current.target_parallelism is None
+                and live
+                and not (current.creating and current.backfill_parallelism is not None)
+            ):
                 return  # a no-op: no barrier at all
             self.catalog.set_parallelism(current, policy, change)
             await self.rebuild_dataflow(change)
+
+    async def alter_backfill_parallelism(
+        self, table: TableCatalog, policy: str | None, *, deferred: bool
+    ) -> None:
+        """The parallelism a creating job runs at until its backfill completes (None:
+        its normal policy). Online for a creating job whose scans can move."""
+        async with self.lock:
+            current = self.catalog.tables.get(table.id)
+            if current is None:
+                raise sql_error(UNDEFINED_TABLE, f'relation "{table.name}" does not exist')
+            blockers = self._blockers(current)
+            if not deferred:
+                self._refuse_if_blocked(current, blockers)
+            change = CatalogChange()
+            self.catalog.update_job(current, change, backfill_parallelism=policy)
+            if current.creating and not deferred:
+                await self.rebuild_dataflow(change)
+            else:
+                await self.barrier.checkpoint(change)
+
+    async def alter_backfill_rate_limit(self, table: TableCatalog, limit: int | None) -> None:
+        """Rows per second per scan actor (0 pauses, None: unlimited); applies at once."""
+        async with self.lock:
+            current = self.catalog.tables.get(table.id)
+            if current is None:
+                raise sql_error(UNDEFINED_TABLE, f'relation "{table.name}" does not exist')
+            change = CatalogChange()
+            self.catalog.update_job(current, change, backfill_rate_limit=limit)
+            await self.barrier.checkpoint(change)
+            self.backfill.set_rate_limit(current.id, limit)
+
+    # ------------------------------------------------------- creating jobs
+    def _blockers(self, table: TableCatalog) -> list[TableCatalog]:
+        """Creating jobs whose backfill cannot move online and that tie ``table``: the
+        job itself, or jobs reading it (their scans are chained to its actors)."""
+        return [
+            j
+            for j in self.catalog.all_tables()
+            if j.creating
+            and j.backfill_type in UNMOVABLE_SCANS
+            and (j.id == table.id or table.id in j.dependencies)
+        ]
+
+    def _refuse_if_blocked(self, table: TableCatalog, blockers: list[TableCatalog]) -> None:
+        if any(b.id == table.id for b in blockers):
+            raise sql_error(
+                OBJECT_NOT_IN_PREREQUISITE_STATE,
+                f"Cannot alter the job {table.id} because its creating backfill contains a"
+                " scan type that does not support online rescheduling",
+                hint="Watch SHOW JOBS and wait for the backfill to finish; or repeat the"
+                " statement with DEFERRED to apply it when the backfill completes; or"
+                " recreate the materialized view after SET streaming_parallelism.",
+            )
+        if blockers:
+            names = ", ".join(f"{b.id} ({b.name})" for b in blockers)
+            raise sql_error(
+                OBJECT_NOT_IN_PREREQUISITE_STATE,
+                f"Cannot alter the job {table.id} because it is blocked by creating"
+                " unreschedulable backfill jobs",
+                hint=f"Blocked by job {names}. Wait for it (SHOW JOBS), or repeat the"
+                " statement with DEFERRED to apply it when that backfill completes.",
+            )
+
+    def pinned_counts(self) -> dict[int, int]:
+        """Actor counts that a rebuild must keep: every job tied to a creating backfill
+        that cannot move."""
+        pinned: dict[int, int] = {}
+        for j in self.catalog.all_tables():
+            if j.creating and j.backfill_type in UNMOVABLE_SCANS and j.id not in self._finishing:
+                for jid in (j.id, *j.dependencies):
+                    count = self._live_count(jid)
+                    if count:
+                        pinned[jid] = count
+        return pinned
+
+    def _live_count(self, job_id: int) -> int:
+        """Actors per (non-mirrored) hash fragment of a job as it runs or, before it runs
+        (a restart), as stored."""
+        running = self.runtime.jobs.get(job_id)
+        if running is not None:
+            counts = [
+                len(f.actor_ids)
+                for f in running.graph.fragments
+                if f.mapping is not None and not _mirrors_upstream(f)
+            ]
+            return max(counts, default=0)
+        row = (
+            self.catalog.store.cursor()
+            .execute(
+                f"SELECT max(n) FROM (SELECT count(*) AS n FROM {META_SCHEMA}.actors a"
+                f" JOIN {META_SCHEMA}.fragments f ON a.fragment_id = f.fragment_id"
+                " WHERE f.job_id = ? AND f.distribution_type = 'HASH'"
+                " AND NOT list_contains(f.flags, 'STREAM_SCAN') GROUP BY f.fragment_id)",
+                [job_id],
+            )
+            .fetchone()
+        )
+        return int(row[0]) if row and row[0] is not None else 0
+
+    async def wait_created(
+        self, job_id: int, cancelled: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Return once a job is CREATED (raises 57014 if it was cancelled meanwhile, or
+        ``cancelled()`` says the client gave up)."""
+        while True:
+            if cancelled():
+                raise sql_error(QUERY_CANCELED, "canceling statement due to user request")
+            table = self.catalog.tables.get(job_id)
+            if table is None:
+                raise sql_error(QUERY_CANCELED, f"creating job {job_id} was cancelled")
+            if not table.creating:
+                return
+            await asyncio.sleep(0.02)
+
+    async def wait_all_created(self, cancelled: Callable[[], bool] = lambda: False) -> None:
+        """WAIT: until no job is creating."""
+        while any(t.creating for t in self.catalog.all_tables()):
+            if cancelled():
+                raise sql_error(QUERY_CANCELED, "canceling statement due to user request")
+            await asyncio.sleep(0.02)
+
+    async def cancel_job(self, job_id: int, *, missing_ok: bool = False) -> None:
+        """CANCEL JOBS: a creating job goes, with whatever reads it; no trace is left."""
+        async with self.lock:
+            table = self.catalog.tables.get(job_id)
+            if table is None or not table.creating:
+                if missing_ok:
+                    return
+                raise sql_error(
+                    UNDEFINED_OBJECT,
+                    f"no creating job with id {job_id}",
+                    hint="SHOW JOBS lists the jobs that can be cancelled.",
+                )
+            await self._drop_locked(self._with_dependents(table))
+            self.backfill.forget(job_id)
+
+    async def watch_backfills(self) -> None:
+        """Marks creating jobs CREATED once every scan actor's "done" is committed, and
+        then applies what waited for it: the switch from backfill parallelism to the
+        normal policy, and deferred targets it blocked. Runs for the engine's life."""
+        while True:
+            try:
+                await asyncio.sleep(0.05)
+                for table in [t for t in self.catalog.all_tables() if t.creating]:
+                    if not self.backfill.progress(table.id)[2]:
+                        continue
+                    epochs = [r.epoch for r in self.backfill.reports(table.id).values()]
+                    await self.barrier.wait_committed(max(epochs, default=0))
+                    await self._finish_backfill(table.id)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a recovery meanwhile: look again
+                log.debug("backfill watch interrupted", exc_info=True)
+
+    async def _finish_backfill(self, job_id: int) -> None:
+        async with self.lock:
+            table = self.catalog.tables.get(job_id)
+            if table is None or not table.creating or not self.backfill.progress(job_id)[2]:
+                return
+            change = CatalogChange()
+            fields: dict[str, object] = {}
+            moves = table.backfill_parallelism is not None and self.cluster.parallelism(
+                table.backfill_parallelism
+            ) != self.cluster.parallelism(table.parallelism)
+            if table.target_parallelism is not None:
+                fields.update(
+                    parallelism=table.target_parallelism,
+                    target_parallelism=None,
+                    reconcile_note=None,
+                )
+                moves = True
+            # Jobs whose deferred targets this backfill blocked.
+            for dep_id in table.dependencies:
+                dep = self.catalog.tables.get(dep_id)
+                if dep is None or dep.target_parallelism is None:
+                    continue
+                if not [b for b in self._blockers(dep) if b.id != job_id]:
+                    self.catalog.update_job(
+                        dep, change, parallelism=dep.target_parallelism,
+                        target_parallelism=None, reconcile_note=None,
+                    )  # fmt: skip
+                    moves = True
+            if not moves:
+                self.catalog.update_job(table, change, status="created", **fields)
+                await self.barrier.checkpoint(change)
+                return
+            # Rebuilt at its normal policy first; CREATED is committed with the new layout,
+            # so that whoever sees CREATED sees that layout too.
+            self.catalog.update_job(table, change, backfill_parallelism=None, **fields)
+
+            def mark_created(applied: CatalogChange) -> None:
+                self.catalog.update_job(self.catalog.tables[job_id], applied, status="created")
+
+            self._finishing.add(job_id)
+            try:
+                await self.rebuild_dataflow(change, finalize=mark_created)
+            finally:
+                self._finishing.discard(job_id)
+
+    def progress_writer(self) -> Callable[[duckdb.DuckDBPyConnection], None] | None:
+        """rw_ddl_progress's rows, written with each epoch while jobs are creating (and
+        once more when the last one is done)."""
+        rows = self.progress_rows()
+        if not rows and not self._progress_shown:
+            return None
+        self._progress_shown = bool(rows)
+
+        def write(cur: duckdb.DuckDBPyConnection) -> None:
+            cur.execute(f"DELETE FROM {META_SCHEMA}.ddl_progress")
+            if rows:
+                cur.executemany(
+                    f"INSERT INTO {META_SCHEMA}.ddl_progress VALUES (?, ?, ?, ?, ?, ?)",
+                    [list(r) for r in rows],
+                )
+
+        return write
+
+    def progress_rows(self) -> list[tuple[object, ...]]:
+        """Creating jobs for SHOW JOBS / rw_ddl_progress: (id, statement, create type,
+        progress text, initialized at, backfill type)."""
+        rows = []
+        for t in self.catalog.all_tables():
+            if not t.creating:
+                continue
+            consumed, total, _ = self.backfill.progress(t.id)
+            pct = 100.0 * consumed / total if total else 0.0
+            rows.append(
+                (
+                    t.id, t.definition, "BACKGROUND" if t.background else "FOREGROUND",
+                    f"{pct:.2f}% ({consumed}/{total})", t.created_at, t.backfill_type,
+                )
+            )  # fmt: skip
+        return rows
 
     async def add_worker(self, slots: int) -> int:
         """A new worker; jobs whose policy depends on the slots are rescheduled to use it
@@ -301,7 +598,9 @@ class DdlController:
             self.cluster.prepare_remove(worker_id, change)
             await self.rebuild_dataflow(change)
 
-    async def rebuild_dataflow(self, change: CatalogChange) -> None:
+    async def rebuild_dataflow(
+        self, change: CatalogChange, finalize: Callable[[CatalogChange], None] | None = None
+    ) -> None:
         """Rebuild every job's actors from the catalog through one barrier: the barrier
         carrying ``change`` stops every actor; once it is committed (all state written up
         to it), the jobs are built again as the catalog now says and started, and the
@@ -317,10 +616,14 @@ class DdlController:
                 for actor in job.actors.values():
                     if actor.task is not None:
                         await actor.task
+            # After the commit: ``change`` (e.g. a backfill marked done) is in the catalog.
+            pinned = self.pinned_counts()
             pending = self.runtime.take_stopped()
             applied = CatalogChange()
-            jobs = self.start_existing(applied)
+            jobs = self.start_existing(applied, pinned)
             replace_graph(jobs, applied)
+            if finalize is not None:
+                finalize(applied)
             for job in jobs:
                 self.runtime.start_job(job)
             for table_id, chunk in pending:
@@ -401,3 +704,15 @@ def _mirrors_upstream(fragment: object) -> bool:
         isinstance(n, StreamScanNode) and n.mirrors_upstream
         for n in fragment.leaves()  # type: ignore[attr-defined]
     )
+
+
+# Scan types whose creating backfill cannot be rescheduled online (RisingWave's rule for
+# no_shuffle; Rivulet's snapshot scan resumes like arrangement, so it may move).
+UNMOVABLE_SCANS = frozenset({"no_shuffle"})
+
+
+def _blocked_note(table: TableCatalog, blockers: list[TableCatalog]) -> str | None:
+    others = [b for b in blockers if b.id != table.id]
+    if others:
+        return f"blocked by job {others[0].id}"
+    return "pending" if blockers else None

@@ -131,6 +131,11 @@ class Session:
 
         return await self.ctx.run_blocking(work)
 
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the client asked to cancel the running statement (long waits check)."""
+        return self._cancel_requested
+
     def cancel(self) -> None:
         """Interrupt the running statement (from any thread)."""
         self._cancel_requested = True

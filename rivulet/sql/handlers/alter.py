@@ -16,7 +16,7 @@ from rivulet.common.errors import (
     WRONG_OBJECT_TYPE,
     sql_error,
 )
-from rivulet.meta.catalog import CatalogChange
+from rivulet.meta.catalog import CatalogChange, TableCatalog
 from rivulet.meta.cluster import normalize_policy
 from rivulet.sql.binder import Binder
 from rivulet.sql.parser import Statement
@@ -46,6 +46,8 @@ async def handle_alter(session: Session, stmt: Statement, params: list[object]) 
     upper = text.upper()
     if upper.startswith("ALTER SYSTEM"):
         return await _alter_system(session, stmt.text)
+    if "BACKFILL_RATE_LIMIT" in upper:
+        return await _alter_rate_limit(session, stmt.text)
     if "PARALLELISM" in upper:
         return await _alter_parallelism(session, stmt.text)
     raise sql_error(FEATURE_NOT_SUPPORTED, "ALTER is not supported yet")
@@ -66,9 +68,45 @@ async def _alter_parallelism(session: Session, text: str) -> StatementResult:
         raise sql_error(
             FEATURE_NOT_SUPPORTED, f"ALTER {kind} ... SET PARALLELISM is not supported yet"
         )
+    table = _job(session, match["name"], wanted)
+    raw = match["value"].strip("'")
+    deferred = bool(match["deferred"])
     if match["what"].upper() == "BACKFILL_PARALLELISM":
-        raise sql_error(FEATURE_NOT_SUPPORTED, "SET BACKFILL_PARALLELISM is not supported yet")
-    ref = exp.to_table(match["name"], dialect="postgres")
+        policy = None if raw.lower() == "default" else normalize_policy(raw)
+        await session.ctx.ddl.alter_backfill_parallelism(table, policy, deferred=deferred)
+        return command(f"ALTER {kind}")
+    policy = "adaptive" if raw.lower() == "default" else normalize_policy(raw)
+    await session.ctx.ddl.alter_parallelism(table, policy, deferred=deferred)
+    return command(f"ALTER {kind}")
+
+
+_ALTER_RATE_LIMIT = re.compile(
+    r"^\s*ALTER\s+MATERIALIZED\s+VIEW\s+"
+    r"(?P<name>(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*)(?:\.(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*))?)"
+    r"\s+SET\s+BACKFILL_RATE_LIMIT\s*(?:=|\s+TO\s+)\s*(?P<value>'[^']*'|[^\s;']+)\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+async def _alter_rate_limit(session: Session, text: str) -> StatementResult:
+    from rivulet.sql.handlers.ddl import parse_rate_limit
+
+    match = _ALTER_RATE_LIMIT.match(text)
+    if match is None:
+        raise sql_error(
+            SYNTAX_ERROR,
+            "syntax error in ALTER ... SET BACKFILL_RATE_LIMIT",
+            hint="Write ALTER MATERIALIZED VIEW name SET BACKFILL_RATE_LIMIT = n | 0 | DEFAULT.",
+        )
+    table = _job(session, match["name"], "materialized view")
+    limit = parse_rate_limit(match["value"].strip("'"))
+    await session.ctx.ddl.alter_backfill_rate_limit(table, limit)
+    return command("ALTER MATERIALIZED VIEW")
+
+
+def _job(session: Session, name: str, wanted: str) -> TableCatalog:
+    """The streaming job an ALTER names (42P01 when missing, 42809 for another kind)."""
+    ref = exp.to_table(name, dialect="postgres")
     normalize_identifiers(ref, dialect="postgres")
     table = Binder(session.bind_context()).lookup_table(ref.db or None, ref.name)
     if table is None:
@@ -81,10 +119,7 @@ async def _alter_parallelism(session: Session, text: str) -> StatementResult:
             if table.is_streaming_job
             else f"A {table.kind} runs no streaming job of its own.",
         )
-    raw = match["value"].strip("'")
-    policy = "adaptive" if raw.lower() == "default" else normalize_policy(raw)
-    await session.ctx.ddl.alter_parallelism(table, policy, deferred=bool(match["deferred"]))
-    return command(f"ALTER {kind}")
+    return table
 
 
 async def _alter_system(session: Session, text: str) -> StatementResult:

@@ -110,9 +110,16 @@ def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):  # ty
         if not isinstance(p, exp.MaterializedProperty)
     ]  # fmt: skip
     backfill_type: str | None = None
+    rate_limit: int | None = None
     for option in list(options):
-        if isinstance(option, exp.Property) and _option_key(option.this).lower() == "backfill_type":
+        if not isinstance(option, exp.Property):
+            continue
+        key = _option_key(option.this).lower()
+        if key == "backfill_type":
             backfill_type = _backfill_type(_option_value(option.args.get("value")))
+            options.remove(option)
+        elif key == "backfill_rate_limit":
+            rate_limit = parse_rate_limit(_option_value(option.args.get("value")))
             options.remove(option)
     if options:
         raise sql_error(
@@ -122,7 +129,27 @@ def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):  # ty
     schema = target_schema(session, target)
     planned = plan_materialized_view(session, schema, target.name, query, stmt.text)
     _choose_scan_type(session, planned, backfill_type)
+    if rate_limit is not None:
+        planned.table = replace(planned.table, backfill_rate_limit=rate_limit)
     return planned
+
+
+def parse_rate_limit(value: str) -> int | None:
+    """A backfill rate limit: rows per second (0 pauses), or DEFAULT/-1 for none."""
+    v = value.strip().lower()
+    if v in ("default", "-1"):
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise sql_error(
+            INVALID_PARAMETER_VALUE,
+            f'invalid backfill rate limit "{value}"',
+            hint="Use a number of rows per second (0 pauses the backfill) or DEFAULT.",
+        )
+    return n
 
 
 def _backfill_type(value: str) -> str:
@@ -236,7 +263,19 @@ async def _create_materialized_view(
             "CREATE_MATERIALIZED_VIEW", Notice(f'relation "{name}" already exists, skipping')
         )
     planned = plan_mv_statement(session, stmt, ast)
-    created = await session.ctx.ddl.create_materialized_view(planned, if_not_exists=if_not_exists)
+    config = session.config
+    rate_limit = planned.table.backfill_rate_limit
+    if rate_limit is None:
+        rate_limit = parse_rate_limit(config.get("backfill_rate_limit"))
+    backfill_parallelism = config.get("streaming_parallelism_for_backfill")
+    created = await session.ctx.ddl.create_materialized_view(
+        planned,
+        if_not_exists=if_not_exists,
+        background=config.get("background_ddl") == "true",
+        rate_limit=rate_limit,
+        backfill_parallelism=None if backfill_parallelism == "default" else backfill_parallelism,
+        cancelled=lambda: session.cancel_requested,
+    )
     if not created:
         return command(
             "CREATE_MATERIALIZED_VIEW", Notice(f'relation "{name}" already exists, skipping')

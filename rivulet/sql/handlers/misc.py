@@ -24,7 +24,8 @@ async def handle_flush(session: Session, stmt: Statement, params: list[object]) 
 
 
 async def handle_wait(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    # No background jobs exist before streaming jobs do; WAIT returns at once.
+    """Return once no job is creating (background DDL included)."""
+    await session.ctx.ddl.wait_all_created(lambda: session.cancel_requested)
     return command("WAIT")
 
 
@@ -41,12 +42,26 @@ async def handle_recover(
 async def handle_cancel_jobs(
     session: Session, stmt: Statement, params: list[object]
 ) -> StatementResult:
-    ids = [e.sql() for e in stmt.ast.expressions]
-    raise sql_error(
-        "42704",
-        f"no creating job with id {', '.join(ids)}",
-        hint="SHOW JOBS lists the jobs that can be cancelled.",
-    )
+    ids = []
+    for e in stmt.ast.expressions:
+        try:
+            ids.append(int(e.sql()))
+        except ValueError:
+            raise sql_error(
+                SYNTAX_ERROR, f"a job id is a number, not {e.sql()}",
+                hint="SHOW JOBS lists the jobs that can be cancelled.",
+            ) from None  # fmt: skip
+    for job_id in ids:  # all checked first: a failed statement cancels nothing
+        table = session.ctx.catalog.tables.get(job_id)
+        if table is None or not table.creating:
+            raise sql_error(
+                "42704",
+                f"no creating job with id {job_id}",
+                hint="SHOW JOBS lists the jobs that can be cancelled.",
+            )
+    for job_id in ids:
+        await session.ctx.ddl.cancel_job(job_id)
+    return command("CANCEL_JOBS")
 
 
 async def handle_explain(

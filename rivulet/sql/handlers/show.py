@@ -79,7 +79,10 @@ async def handle_show(session: Session, stmt: Statement, params: list[object]) -
         names = sorted([*session.ctx.catalog.schemas, *SYSTEM_SCHEMAS])
         return rows_result(["Name"], [(n,) for n in names if _like(like, n)])
     if what == "jobs":
-        return rows_result(["Id", "Statement", "Create Type", "Progress"], [])
+        return rows_result(
+            ["Id", "Statement", "Create Type", "Progress"],
+            [r[:4] for r in session.ctx.ddl.progress_rows()],
+        )
     if what == "all":
         return rows_result(["Name", "Setting", "Description"], session.config.all())
     if what in ("columns",):

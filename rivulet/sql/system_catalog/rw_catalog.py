@@ -141,6 +141,8 @@ def streaming_views() -> list[SystemView]:
     """Jobs, fragments, actors and workers, from the meta store (committed with the epoch
     that made them true)."""
     policy = "coalesce(json_extract_string(o.properties, '$.parallelism'), 'adaptive')"
+    status = "coalesce(json_extract_string(o.properties, '$.status'), 'created')"
+    scan = "nullif(json_extract_string(o.properties, '$.backfill_type'), '')"
     return [
         view(
             "rw_catalog",
@@ -153,16 +155,20 @@ def streaming_views() -> list[SystemView]:
                 "id": "o.id",
                 "name": "o.name",
                 "database_id": str(DATABASE_OID),
-                "status": "'CREATED'",
+                "status": f"upper({status})",
                 "parallelism": policy,
+                "backfill_parallelism": "json_extract_string(o.properties,"
+                " '$.backfill_parallelism')",
                 "max_parallelism": "256",
                 "target_parallelism": f"coalesce(json_extract_string(o.properties,"
                 f" '$.target_parallelism'), {policy})",
-                "reconcile_status": "CASE WHEN coalesce(json_extract_string(o.properties,"
+                "reconcile_status": "CASE WHEN json_extract_string(o.properties,"
+                " '$.reconcile_note') IS NOT NULL THEN json_extract_string(o.properties,"
+                " '$.reconcile_note') WHEN coalesce(json_extract_string(o.properties,"
                 f" '$.target_parallelism'), {policy}) <> {policy} THEN 'pending'"
                 " ELSE 'in_sync' END",
                 "job_id": "o.id",
-                "state": "'Created'",
+                "state": f"CASE {status} WHEN 'creating' THEN 'Creating' ELSE 'Created' END",
             },
             "meta.objects o WHERE o.kind IN ('table', 'materialized view', 'sink', 'index')",
         ),
@@ -186,8 +192,10 @@ def streaming_views() -> list[SystemView]:
                 "parallelism_policy": f"CASE f.distribution_type WHEN 'SINGLE' THEN 'single'"
                 f" ELSE {policy} END",
                 "scan_type": "CASE WHEN list_contains(f.flags, 'STREAM_SCAN')"
-                " THEN 'snapshot_on_create' END",
-                "online_reschedulable": "true",
+                f" THEN coalesce({scan}, 'arrangement') END",
+                # A creating job's no_shuffle scan is chained to its upstream's actors.
+                "online_reschedulable": f"NOT ({status} = 'creating' AND"
+                f" list_contains(f.flags, 'STREAM_SCAN') AND {scan} = 'no_shuffle')",
             },
             "meta.fragments f JOIN meta.objects o ON o.id = f.job_id",
         ),
@@ -243,5 +251,14 @@ def streaming_views() -> list[SystemView]:
             "rw_ddl_progress",
             "ddl_id:integer, ddl_statement:varchar, create_type:varchar, progress:varchar,"
             " initialized_at:timestamp with time zone, backfill_type:varchar",
+            {
+                "ddl_id": "p.ddl_id",
+                "ddl_statement": "p.ddl_statement",
+                "create_type": "p.create_type",
+                "progress": "p.progress",
+                "initialized_at": "p.initialized_at",
+                "backfill_type": "p.backfill_type",
+            },
+            "meta.ddl_progress p JOIN meta.objects o ON o.id = p.ddl_id",
         ),
     ]
