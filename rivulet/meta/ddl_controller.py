@@ -131,6 +131,8 @@ class DdlController:
         # Scan actors' backfill reports and rate limits (the engine's).
         self.backfill = BackfillProgress()
         self._progress_shown = True  # clear stale rows at the first commit
+        # How long a reschedule may wait for its stop barrier before giving up.
+        self.reschedule_timeout_s = 60.0
         # Jobs whose backfill is done and that are being rebuilt at their normal policy.
         self._finishing: set[int] = set()
 
@@ -611,7 +613,22 @@ class DdlController:
         self.barrier.pause()
         try:
             epoch = self.barrier.inject(mutation=StopActors(actors), change=change)
-            await self.barrier.wait_committed(epoch)
+            try:
+                await asyncio.wait_for(
+                    self.barrier.wait_committed(epoch), self.reschedule_timeout_s
+                )
+            except TimeoutError:
+                # Never hang: an actor that does not reach the barrier is recovered from
+                # the last checkpoint, where ``change`` did not happen.
+                error = sql_error(
+                    QUERY_CANCELED,
+                    f"the reschedule did not complete within {self.reschedule_timeout_s:g} s;"
+                    " the dataflow was recovered from the last checkpoint and nothing changed",
+                    hint="Look for a stuck or overloaded job (SHOW JOBS, rw_fragments) and"
+                    " retry the statement.",
+                )
+                self.barrier.recover(error)
+                raise error from None
             for job in self.runtime.jobs.values():
                 for actor in job.actors.values():
                     if actor.task is not None:
