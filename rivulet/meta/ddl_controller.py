@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import duckdb
+import numpy as np
 
 from rivulet.common.errors import (
     DEPENDENT_OBJECTS_STILL_EXIST,
@@ -37,6 +38,7 @@ from rivulet.storage.state_store import META_SCHEMA
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.connectors import offsets_state_schema
+from rivulet.stream.exchange import even_mapping
 from rivulet.stream.executor import Field, Schema
 from rivulet.stream.executors.backfill import apply_scan_type
 from rivulet.stream.message import StopActors
@@ -347,6 +349,41 @@ class DdlController:
                 return  # a no-op: no barrier at all
             self.catalog.set_parallelism(current, policy, change)
             await self.rebuild_dataflow(change)
+
+    def explain_reschedule(self, table: TableCatalog, policy: str) -> list[str]:
+        """EXPLAIN ALTER ... SET PARALLELISM: the layout the job would get, per fragment
+        and worker (placement is deterministic), without changing anything."""
+        n = self.cluster.parallelism(policy)
+        lines = [f"Job {table.id} ({table.name}): policy {table.parallelism} -> {policy}"]
+        blockers = self._blockers(table)
+        if blockers:
+            lines.append(
+                f"Refused online: tied to creating job {blockers[0].id}, whose backfill"
+                " cannot move (DEFERRED applies it when that backfill completes)"
+            )
+        running = self.runtime.jobs.get(table.id)
+        fragments = running.graph.fragments if running is not None else []
+        movable = [f for f in fragments if f.mapping is not None and not _mirrors_upstream(f)]
+        if movable and all(len(f.actor_ids) == n for f in movable):
+            lines.append("No change: every fragment already runs this many actors (no barrier)")
+        mapping = even_mapping(n)
+        workers = self.cluster.place(n)
+        for f in fragments:
+            if f.mapping is None:
+                lines.append(f"Fragment {f.fragment_id}: single actor, unchanged")
+                continue
+            if _mirrors_upstream(f):
+                lines.append(f"Fragment {f.fragment_id}: follows its upstream (no-shuffle)")
+                continue
+            lines.append(f"Fragment {f.fragment_id}: {len(f.actor_ids)} -> {n} actors")
+            for worker in sorted(set(workers)):
+                mine = [i for i, w in enumerate(workers) if w == worker]
+                vnodes = np.flatnonzero(np.isin(mapping, mine))
+                lines.append(
+                    f"  worker {worker}: {len(mine)} actor(s), {len(vnodes)} vnodes"
+                    f" [{_ranges(vnodes)}]"
+                )
+        return lines
 
     async def alter_backfill_parallelism(
         self, table: TableCatalog, policy: str | None, *, deferred: bool
@@ -733,3 +770,20 @@ def _blocked_note(table: TableCatalog, blockers: list[TableCatalog]) -> str | No
     if others:
         return f"blocked by job {others[0].id}"
     return "pending" if blockers else None
+
+
+def _ranges(values: np.ndarray) -> str:
+    """Sorted integers as compact ranges: 0-3, 8, 10-12."""
+    parts: list[str] = []
+    start = prev = None
+    for v in (int(x) for x in values):
+        if start is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            parts.append(f"{start}-{prev}" if start != prev else str(start))
+            start = prev = v
+    if start is not None:
+        parts.append(f"{start}-{prev}" if start != prev else str(start))
+    return ", ".join(parts)

@@ -80,6 +80,26 @@ async def _alter_parallelism(session: Session, text: str) -> StatementResult:
     return command(f"ALTER {kind}")
 
 
+def explain_alter(session: Session, text: str) -> list[str]:
+    """EXPLAIN ALTER ... SET PARALLELISM: the planned layout; nothing changes."""
+    match = _ALTER_PARALLELISM.match(text)
+    if match is None or match["what"].upper() != "PARALLELISM":
+        raise sql_error(
+            FEATURE_NOT_SUPPORTED,
+            "EXPLAIN of this ALTER is not supported",
+            hint="EXPLAIN ALTER {MATERIALIZED VIEW|TABLE} name SET PARALLELISM = ... shows"
+            " the planned layout.",
+        )
+    kind = " ".join(match["kind"].upper().split())
+    wanted = {"MATERIALIZED VIEW": "materialized view", "TABLE": "table"}.get(kind)
+    if wanted is None:
+        raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN ALTER {kind} is not supported")
+    table = _job(session, match["name"], wanted)
+    raw = match["value"].strip("'")
+    policy = "adaptive" if raw.lower() == "default" else normalize_policy(raw)
+    return session.ctx.ddl.explain_reschedule(table, policy)
+
+
 _ALTER_RATE_LIMIT = re.compile(
     r"^\s*ALTER\s+MATERIALIZED\s+VIEW\s+"
     r"(?P<name>(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*)(?:\.(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*))?)"

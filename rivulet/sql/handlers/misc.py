@@ -96,6 +96,14 @@ async def handle_explain(
             ],
             tag="EXPLAIN",
         )
+    if isinstance(inner, exp.Alter) or (
+        isinstance(inner, exp.Command) and inner.name.upper() == "ALTER"
+    ):
+        from rivulet.sql.handlers.alter import explain_alter
+
+        text = re.sub(r"^\s*EXPLAIN\s+", "", stmt.text, flags=re.IGNORECASE)
+        lines = [(line,) for line in explain_alter(session, text)]
+        return rows_result(["QUERY PLAN"], lines, tag="EXPLAIN")
     if isinstance(inner, exp.Create):
         from rivulet.sql.handlers.ddl import explain_create
 
