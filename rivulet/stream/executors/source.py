@@ -78,6 +78,9 @@ class SourceExecutor(Executor):
         self.rows_emitted = 0
         # Not paced: every chunk goes as soon as it is generated.
         self._unpaced = connector.due_offset(0, 0, 0.0) is None
+        # An unpaced source generates its next chunk while the one before travels down
+        # its actor (generation runs off the loop): the chunk and the offsets after it.
+        self._ahead: asyncio.Future[tuple[pa.Table, dict[int, int]]] | None = None
 
     async def execute(self) -> AsyncIterator[Message]:
         first = await self.inbox.get()
@@ -93,38 +96,73 @@ class SourceExecutor(Executor):
         loop = asyncio.get_running_loop()
         self._started = {s: loop.time() for s in self.splits}
         last_emit = loop.time()
-        while True:
-            msg = self.inbox.get_nowait()
-            if msg is None:
-                now = loop.time()
-                plan = self._due(now)
-                rows = sum(n for _, _, n in plan)
-                eager = self._unpaced or rows >= self.connector.chunk_rows
-                if plan and (eager or now - last_emit >= _MIN_WAIT):
-                    yield await self._emit(plan)
-                    last_emit = now
-                    # Let barriers and other actors in even when every await above ran
-                    # inline (the deterministic mode).
-                    await asyncio.sleep(0)
-                    continue
-                msg = await self._wait(self._next_wake(now, last_emit))
+        try:
+            while True:
+                msg = self.inbox.get_nowait()
                 if msg is None:
-                    continue
-            assert isinstance(msg, Barrier), "a source's inbox holds barriers only"
-            # The rows due by the barrier belong to its epoch.
-            plan = self._due(loop.time())
-            if plan:
-                yield await self._emit(plan)
-                last_emit = loop.time()
-            self._write_offsets()
-            self.seal(msg)
-            yield msg
-            if msg.stops(self.ctx.actor_id):
-                return
+                    now = loop.time()
+                    plan = self._due(now)
+                    rows = sum(n for _, _, n in plan)
+                    eager = self._unpaced or rows >= self.connector.chunk_rows
+                    if self._ahead is not None:
+                        yield await self._take_ahead(read_ahead=True)
+                        last_emit = now
+                        await asyncio.sleep(0)
+                        continue
+                    if plan and (eager or now - last_emit >= _MIN_WAIT):
+                        yield await self._emit(plan, read_ahead=self._unpaced)
+                        last_emit = now
+                        # Let barriers and other actors in even when every await above ran
+                        # inline (the deterministic mode).
+                        await asyncio.sleep(0)
+                        continue
+                    msg = await self._wait(self._next_wake(now, last_emit))
+                    if msg is None:
+                        continue
+                assert isinstance(msg, Barrier), "a source's inbox holds barriers only"
+                # The rows due by the barrier belong to its epoch (a chunk read ahead first).
+                if self._ahead is not None:
+                    yield await self._take_ahead(read_ahead=False)
+                    last_emit = loop.time()
+                plan = self._due(loop.time())
+                if plan and not self._unpaced:
+                    yield await self._emit(plan)
+                    last_emit = loop.time()
+                self._write_offsets()
+                self.seal(msg)
+                yield msg
+                if msg.stops(self.ctx.actor_id):
+                    return
+        finally:
+            if self._ahead is not None:  # stopped or cancelled: the read-ahead is dropped
+                self._ahead.cancel()
+                self._ahead = None
 
-    async def _emit(self, plan: list[tuple[int, int, int]]) -> StreamChunk:
-        data = await self.ctx.run_blocking(lambda _cur: self._generate(plan))
+    async def _emit(
+        self, plan: list[tuple[int, int, int]], *, read_ahead: bool = False
+    ) -> StreamChunk:
+        data, offsets = await self.ctx.run_blocking(lambda _cur: self._generate(plan))
+        return self._emitted(data, offsets, read_ahead)
+
+    async def _take_ahead(self, *, read_ahead: bool) -> StreamChunk:
+        assert self._ahead is not None
+        data, offsets = await self._ahead
+        self._ahead = None
+        return self._emitted(data, offsets, read_ahead)
+
+    def _emitted(self, data: pa.Table, offsets: dict[int, int], read_ahead: bool) -> StreamChunk:
+        """Rows about to leave: their offsets count from now on (a barrier writes only
+        the offsets of rows that left before it). With ``read_ahead``, the next chunk's
+        generation starts before this one goes down the actor."""
+        self.offsets.update(offsets)
+        self._moved.update(offsets)
         self.rows_emitted += data.num_rows
+        if read_ahead:
+            plan = self._due(asyncio.get_running_loop().time())
+            if plan:
+                self._ahead = asyncio.ensure_future(
+                    self.ctx.run_blocking(lambda _cur: self._generate(plan))
+                )
         return StreamChunk.inserts(data)
 
     # ------------------------------------------------------------- offsets
@@ -203,15 +241,16 @@ class SourceExecutor(Executor):
             return None
 
     # ---------------------------------------------------------- generating
-    def _generate(self, plan: list[tuple[int, int, int]]) -> pa.Table:
+    def _generate(self, plan: list[tuple[int, int, int]]) -> tuple[pa.Table, dict[int, int]]:
+        """The plan's rows and each split's offset after them (not applied here)."""
         parts = []
+        offsets = {}
         for split, offset, count in plan:
             batch = self.connector.read(split, offset, count, self._names)
-            self.offsets[split] = batch.next_offset
-            self._moved.add(split)
+            offsets[split] = batch.next_offset
             parts.append(batch.data)
         data = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
-        return data.cast(self._arrow)
+        return data.cast(self._arrow), offsets
 
 
 def owned_splits(vnodes: np.ndarray, split_num: int) -> list[int]:
