@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from rivulet.common.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, sql_error
+from rivulet.common.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, Error, sql_error
 from rivulet.sql.dialect import ExplainStatement
 from rivulet.sql.handlers.query import bind_select
 from rivulet.sql.handlers.show import rows_result
@@ -34,8 +34,18 @@ async def handle_recover(
 ) -> StatementResult:
     """Rebuild every job from the last committed checkpoint, as after a failure."""
     barrier = session.ctx.barrier
-    barrier.recover(sql_error("57P01", "the stream jobs were rebuilt by RECOVER"))
-    await barrier.flush()
+    error = sql_error("57P01", "the stream jobs were rebuilt by RECOVER")
+    barrier.recover(error)
+    # While a checkpoint is being committed the recovery is deferred until that commit
+    # ends, and then fails the epochs after it: this flush's own epoch among them. Flush
+    # again then; only other statements' epochs are meant to get this error.
+    for attempt in range(3):
+        try:
+            await barrier.flush()
+            break
+        except Error as exc:
+            if exc is not error or attempt == 2:
+                raise
     return command("RECOVER")
 
 
