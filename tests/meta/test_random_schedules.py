@@ -358,6 +358,7 @@ def test_random_schedules() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_random_schedules_long() -> None:
     run_state_machine_as_test(
         RandomSchedules, settings=settings(max_examples=80, stateful_step_count=60, **SETTINGS)
