@@ -528,21 +528,25 @@ class DdlController:
             try:
                 await asyncio.sleep(0.05)
                 for table in [t for t in self.catalog.all_tables() if t.creating]:
-                    if not self.backfill.progress(table.id)[2]:
+                    epoch = self.backfill.done_epoch(table.id)
+                    if epoch is None:
                         continue
-                    epochs = [r.epoch for r in self.backfill.reports(table.id).values()]
-                    await self.barrier.wait_committed(max(epochs, default=0))
-                    await self._finish_backfill(table.id)
+                    await self.barrier.wait_committed(epoch)
+                    await self._finish_backfill(table.id, epoch)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a recovery meanwhile: look again
                 log.debug("backfill watch interrupted", exc_info=True)
 
-    async def _finish_backfill(self, job_id: int) -> None:
+    async def _finish_backfill(self, job_id: int, epoch: int) -> None:
         async with self.lock:
             table = self.catalog.tables.get(job_id)
-            if table is None or not table.creating or not self.backfill.progress(job_id)[2]:
-                return
+            done = self.backfill.done_epoch(job_id)
+            if table is None or not table.creating or done is None:
+                return  # cancelled, finished, or rebuilt by a recovery meanwhile
+            # The current actors' "done" must be committed (raises if a failure lost it:
+            # the watcher looks again once the rebuilt actors report).
+            await self.barrier.wait_committed(max(done, epoch))
             change = CatalogChange()
             fields: dict[str, object] = {}
             moves = table.backfill_parallelism is not None and self.cluster.parallelism(

@@ -89,6 +89,18 @@ class BackfillProgress:
             return (0, 0, False)
         return job.last
 
+    def done_epoch(self, job_id: int) -> int | None:
+        """The epoch by which every current actor of the job reported its backfill done
+        (None: not all have). Reports of replaced actors do not count: a done reported
+        in an epoch that a failure lost is reported again, later, by the rebuilt actor."""
+        job = self._jobs.get(job_id)
+        if job is None or not job.actors:
+            return None
+        current = [job.reports.get(a) for a in job.actors]
+        if any(r is None or not r.done for r in current):
+            return None
+        return max(r.epoch for r in current if r is not None)
+
     def reports(self, job_id: int) -> dict[int, BackfillReport]:
         """The latest report of each actor of a job (current and not yet replaced)."""
         job = self._jobs.get(job_id)
