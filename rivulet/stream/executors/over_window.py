@@ -33,7 +33,7 @@ reschedule reads state only once the epoch of its first barrier is committed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import duckdb
 import numpy as np
@@ -43,18 +43,18 @@ from rivulet.common.chunk import OP_COLUMN, VNODE_COLUMN, Op, StreamChunk
 from rivulet.storage.state_table import StateTable, last_per_key, quote_ident
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.agg_state import _differs, table_exists
-from rivulet.stream.executors.top_n import concat_chunks, key_ids
+from rivulet.stream.executors.epoch_batched import BATCH_ROWS, EpochBatchedExecutor
+from rivulet.stream.executors.top_n import key_ids
 from rivulet.stream.expression import ExprSet
-from rivulet.stream.message import Message
+from rivulet.stream.message import Barrier
 
 # The cache is dropped at a barrier above this many rows (it refills lazily from state).
 CACHE_MAX_ROWS = 1_000_000
 # Input rows applied together at most (an epoch's chunks are applied at its barrier).
-BATCH_ROWS = 65_536
 _names = itertools.count()
 
 
-class OverWindowExecutor(Executor):
+class OverWindowExecutor(EpochBatchedExecutor):
     def __init__(
         self,
         ctx: ActorContext,
@@ -97,46 +97,12 @@ class OverWindowExecutor(Executor):
         self._vnodes = ctx.vnodes.copy() if ctx is not None else None
 
     # ----------------------------------------------------------------- running
-    async def _start(self) -> bool:
-        """Before the first message: is there committed state (a rebuilt actor)?"""
-        self._started = True
-        schema = self.state.schema
-        exists = await self.ctx.run_blocking(lambda cur: table_exists(cur, schema))
-        self.may_have_state = exists
+    def state_found(self, exists: bool) -> None:
         self._table_committed = exists
-        return exists
 
-    async def execute(self) -> AsyncIterator[Message]:
-        pending: list[StreamChunk] = []
-        rows = 0
-        async for msg in self.input.execute():
-            if isinstance(msg, StreamChunk):
-                if not self._started:
-                    await self._start()
-                if msg.num_rows == 0:
-                    continue
-                # Chunks are applied together, at the barrier or once BATCH_ROWS rows
-                # wait: a partition touched by many chunks is recomputed once.
-                pending.append(msg)
-                rows += msg.num_rows
-                if rows < BATCH_ROWS:
-                    continue
-            if pending:
-                batch = concat_chunks(pending)
-                pending, rows = [], 0
-                out = await self.ctx.run_blocking(lambda cur, m=batch: self.apply(m, cur))
-                if out is not None and out.num_rows:
-                    yield out
-            if isinstance(msg, StreamChunk):
-                continue
-            resume = not self._started and await self._start()
-            self.seal(msg)
-            if self.cache.num_rows > CACHE_MAX_ROWS:
-                self.clear_cache()
-            yield msg
-            if resume and self.wait_committed is not None:
-                # The previous owner's last writes are in the epoch this barrier ends.
-                await self.wait_committed(msg.epoch)
+    def before_barrier(self, barrier: Barrier) -> None:
+        if self.cache.num_rows > CACHE_MAX_ROWS:
+            self.clear_cache()
 
     def clear_cache(self) -> None:
         """Forget every cached partition: later chunks reload theirs from state."""

@@ -38,7 +38,7 @@ caches every group it writes); a rebuilt one reads state once its first epoch co
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -48,8 +48,7 @@ import pyarrow.compute as pc
 from rivulet.common.chunk import OP_COLUMN, VNODE_COLUMN, Op, StreamChunk
 from rivulet.storage.state_table import StateTable, last_per_key, quote_ident
 from rivulet.stream.executor import ActorContext, Executor, Schema
-from rivulet.stream.executors.agg_state import table_exists
-from rivulet.stream.message import Message
+from rivulet.stream.executors.epoch_batched import EpochBatchedExecutor
 
 # A constant column standing for "the one group" when there is no GROUP key.
 _G = "__topn_group"
@@ -60,7 +59,6 @@ _RANK = "__rank"
 # Reloads read this many rows beyond offset + limit (at least), to absorb deletes.
 MIN_SPARE_ROWS = 64
 # Input rows applied together at most (an epoch's chunks are applied at its barrier).
-BATCH_ROWS = 65_536
 _names = itertools.count()
 
 
@@ -103,7 +101,7 @@ def _group_starts(gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank, ordinal
 
 
-class TopNExecutor(Executor):
+class TopNExecutor(EpochBatchedExecutor):
     def __init__(
         self,
         ctx: ActorContext,
@@ -158,45 +156,6 @@ class TopNExecutor(Executor):
         self.may_have_state = True
         self.wait_committed = wait_committed
         self._started = False
-
-    async def _start(self) -> bool:
-        """Before the first message: is there committed state (a rebuilt actor)?"""
-        self._started = True
-        schema = self.state.schema
-        self.may_have_state = await self.ctx.run_blocking(lambda cur: table_exists(cur, schema))
-        return self.may_have_state
-
-    async def execute(self) -> AsyncIterator[Message]:
-        pending: list[StreamChunk] = []
-        rows = 0
-        async for msg in self.input.execute():
-            if isinstance(msg, StreamChunk):
-                if not self._started:
-                    await self._start()
-                if msg.num_rows == 0:
-                    continue
-                # An epoch's chunks are applied together (at the barrier, or once
-                # BATCH_ROWS rows wait): one pass and one change set for the many small
-                # chunks a hash exchange delivers.
-                pending.append(msg)
-                rows += msg.num_rows
-                if rows < BATCH_ROWS:
-                    continue
-            if pending:
-                batch = concat_chunks(pending)
-                pending, rows = [], 0
-                out = await self.ctx.run_blocking(lambda cur, m=batch: self.apply(m, cur))
-                if out is not None and out.num_rows:
-                    yield out
-            if isinstance(msg, StreamChunk):
-                continue
-            resume = not self._started and await self._start()
-            self.seal(msg)
-            yield msg
-            if resume and self.wait_committed is not None:
-                # A rebuilt actor reads state once the epoch its first barrier ends is
-                # committed: the previous owner's last writes are in it.
-                await self.wait_committed(msg.epoch)
 
     # ------------------------------------------------------------------ rows
     def _rows(self, data: pa.Table) -> pa.Table:
@@ -510,17 +469,6 @@ class TopNExecutor(Executor):
         data = out.data.select(self.out_cols).rename_columns(self.schema.names)
         data = data.cast(self._out_schema)
         return StreamChunk(data, out.ops)
-
-
-def concat_chunks(chunks: list[StreamChunk]) -> StreamChunk:
-    """Chunks of one input as one (their schemas may differ in field metadata only)."""
-    if len(chunks) == 1:
-        return chunks[0]
-    schema = chunks[0].data.schema
-    return StreamChunk(
-        pa.concat_tables([c.data.cast(schema) for c in chunks]),
-        np.concatenate([c.ops for c in chunks]),
-    )
 
 
 _INTERVAL = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
