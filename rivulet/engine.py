@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from rivulet.common.errors import Error
-from rivulet.meta.barrier_manager import BarrierManager
+from rivulet.meta.barrier_manager import BarrierManager, row_errors_writer
 from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
@@ -93,13 +93,13 @@ class Engine:
                 interval_ms=options.barrier_interval_ms
                 or int(self.params.get("barrier_interval_ms")),
                 periodic=not options.deterministic,
-                row_errors=self.row_errors,
             )
             # Backfill progress reports and rate limits (before the runtime: its services).
             self.backfill = BackfillProgress()
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
             self.ddl.backfill = self.backfill
+            self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
             self.barrier.epoch_writers.append(self.ddl.progress_writer)
             self.barrier.on_failure = self._rebuild_dataflow
             self.params.on_change.append(self._apply_system_param)

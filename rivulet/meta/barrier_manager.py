@@ -53,10 +53,8 @@ class BarrierManager:
         *,
         interval_ms: int = 1000,
         periodic: bool = True,
-        row_errors: RowErrorLog | None = None,
     ) -> None:
         self.store = store
-        self.row_errors = row_errors
         self._executor = commit_executor
         self.interval_ms = interval_ms
         self.periodic = periodic
@@ -217,8 +215,6 @@ class BarrierManager:
         ]
         writes += [partial(table.flush, memtable) for table, memtable in state.sealed]
         writes += [c.write for c in state.changes]
-        if self.row_errors is not None and (counted := self.row_errors.take_unsaved()):
-            writes.append(partial(_save_row_errors, counted))
         for writer in self.epoch_writers:
             if (write := writer()) is not None:
                 writes.append(write)
@@ -323,6 +319,19 @@ class BarrierManager:
         self._inboxes.clear()
         if self.on_failure is not None:
             self.on_failure(error)
+
+
+def row_errors_writer(
+    log: RowErrorLog,
+) -> Callable[[], Callable[[duckdb.DuckDBPyConnection], None] | None]:
+    """An epoch writer (``BarrierManager.epoch_writers``) saving the row-error counts
+    made since the last commit."""
+
+    def writer() -> Callable[[duckdb.DuckDBPyConnection], None] | None:
+        counted = log.take_unsaved()
+        return partial(_save_row_errors, counted) if counted else None
+
+    return writer
 
 
 def _save_row_errors(
