@@ -10,13 +10,13 @@ to 9 significant digits; the test values make most of them exact anyway.
 from __future__ import annotations
 
 import time
-from decimal import Decimal
 
 import numpy as np
 import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 from rivulet.common.vnode import compute_vnodes
@@ -72,16 +72,6 @@ IDS = st.integers(1, 14)
 ROWS = st.tuples(IDS, KS, GS, AS, BS, DS, FS, SS, BOS)
 
 
-def _sql(v: object) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "TRUE" if v else "FALSE"
-    if isinstance(v, str):
-        return f"'{v}'"
-    return repr(v)
-
-
 @st.composite
 def statements(draw: st.DrawFn) -> str:
     kind = draw(
@@ -91,14 +81,14 @@ def statements(draw: st.DrawFn) -> str:
     )
     if kind == "insert":
         rows = draw(st.lists(ROWS, min_size=1, max_size=6))
-        values = ", ".join("(" + ", ".join(_sql(v) for v in r) + ")" for r in rows)
+        values = ", ".join("(" + ", ".join(sql_literal(v) for v in r) + ")" for r in rows)
         return f"INSERT INTO t VALUES {values}"
     if kind == "update":
         col = draw(st.sampled_from(["a", "b", "s", "bo", "d", "f"]))
         value = draw({"a": AS, "b": BS, "s": SS, "bo": BOS, "d": DS, "f": FS}[col])
-        return f"UPDATE t SET {col} = {_sql(value)} WHERE id = {draw(IDS)}"
+        return f"UPDATE t SET {col} = {sql_literal(value)} WHERE id = {draw(IDS)}"
     if kind == "update_key":  # rows move between groups
-        return f"UPDATE t SET k = {_sql(draw(KS))}, g = {_sql(draw(GS))} WHERE id % 3 = {draw(st.integers(0, 2))}"
+        return f"UPDATE t SET k = {sql_literal(draw(KS))}, g = {sql_literal(draw(GS))} WHERE id % 3 = {draw(st.integers(0, 2))}"
     if kind == "shift":
         return (
             f"UPDATE t SET a = a + {draw(st.integers(-2, 2))} WHERE k = {draw(st.integers(0, 4))}"
@@ -106,22 +96,6 @@ def statements(draw: st.DrawFn) -> str:
     if kind == "delete":
         return f"DELETE FROM t WHERE id = {draw(IDS)}"
     return f"DELETE FROM t WHERE k = {draw(st.integers(0, 4))}"  # a group vanishes
-
-
-def _norm_value(v: object, delim: str | None) -> object:
-    if delim is not None and isinstance(v, str):
-        return tuple(sorted(v.split(delim)))
-    if isinstance(v, float):
-        return float(f"{v:.9g}")
-    if isinstance(v, Decimal):
-        return v.normalize()
-    return v
-
-
-def _rows(cur: rivulet.Cursor, sql: str, aggs: dict[int, str]) -> list[tuple]:
-    cur.execute(sql)
-    rows = [tuple(_norm_value(v, aggs.get(i)) for i, v in enumerate(r)) for r in cur.fetchall()]
-    return sorted(rows, key=repr)
 
 
 def _setup(
@@ -136,7 +110,7 @@ def _setup(
 
 def _check(cur: rivulet.Cursor, queries: dict[str, tuple[str, dict[int, str]]], after: str) -> None:
     for name, (q, aggs) in queries.items():
-        got, want = _rows(cur, f"SELECT * FROM mv_{name}", aggs), _rows(cur, q, aggs)
+        got, want = sorted_rows(cur, f"SELECT * FROM mv_{name}", aggs), sorted_rows(cur, q, aggs)
         assert got == want, f"mv_{name} differs after {after!r}"
 
 
@@ -242,7 +216,7 @@ def test_mv_over_existing_rows_and_mv_on_mv() -> None:
         for stmt in SCRIPT[2:9]:
             cur.execute(stmt)
             _check(cur, queries, stmt)
-            assert _rows(cur, "SELECT * FROM mv_on_mv", {}) == _rows(
+            assert sorted_rows(cur, "SELECT * FROM mv_on_mv", {}) == sorted_rows(
                 cur, on_mv.replace("mv_kinds", f"({inner}) m"), {}
             ), stmt
     finally:
@@ -271,19 +245,23 @@ def test_append_only_source() -> None:
         cur.execute(
             "CREATE MATERIALIZED VIEW g_one AS SELECT count(*) AS n, max(w) AS mw, sum(v) AS s FROM g"
         )
+        # Each MV runs source actors of its own: wait until every one has taken all rows.
+        everything = (
+            "SELECT (SELECT count(*) FROM g_all), (SELECT sum(n) FROM g_agg), (SELECT n FROM g_one)"
+        )
         deadline = time.monotonic() + 15
         while True:
             cur.execute("FLUSH")
-            done = _rows(cur, "SELECT count(*) FROM g_all", {}) == [(3000,)]
+            done = sorted_rows(cur, everything) == [(3000, 3000, 3000)]
             if done or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert done
         cur.execute("FLUSH")
-        assert _rows(cur, "SELECT * FROM g_agg", {6: ";"}) == _rows(
+        assert sorted_rows(cur, "SELECT * FROM g_agg", {6: ";"}) == sorted_rows(
             cur, q.format("g_all"), {6: ";"}
         )
-        assert _rows(cur, "SELECT * FROM g_one", {}) == _rows(
+        assert sorted_rows(cur, "SELECT * FROM g_one", {}) == sorted_rows(
             cur, "SELECT count(*), max(w), sum(v) FROM g_all", {}
         )
     finally:

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 from rivulet.common.chunk import Op, StreamChunk
@@ -58,24 +59,15 @@ def statements(draw: st.DrawFn) -> str:
     kind = draw(st.sampled_from(["insert", "insert", "update_x", "update_y", "delete", "del_x"]))
     if kind == "insert":
         rows = draw(st.lists(st.tuples(IDS, XS, XS), min_size=1, max_size=4))
-        values = ", ".join(f"({i}, {_sql(x)}, {_sql(y)})" for i, x, y in rows)
+        values = ", ".join(f"({i}, {sql_literal(x)}, {sql_literal(y)})" for i, x, y in rows)
         return f"INSERT INTO {table} VALUES {values}"
     if kind == "update_x":
-        return f"UPDATE {table} SET x = {_sql(draw(XS))} WHERE id = {draw(IDS)}"
+        return f"UPDATE {table} SET x = {sql_literal(draw(XS))} WHERE id = {draw(IDS)}"
     if kind == "update_y":
-        return f"UPDATE {table} SET {second} = {_sql(draw(XS))} WHERE x = {draw(st.integers(0, 3))}"
+        return f"UPDATE {table} SET {second} = {sql_literal(draw(XS))} WHERE x = {draw(st.integers(0, 3))}"
     if kind == "delete":
         return f"DELETE FROM {table} WHERE id = {draw(IDS)}"
     return f"DELETE FROM {table} WHERE x = {draw(st.integers(0, 3))}"
-
-
-def _sql(v: int | None) -> str:
-    return "NULL" if v is None else str(v)
-
-
-def _rows(cur: rivulet.Cursor, sql: str) -> list[tuple]:
-    cur.execute(sql)
-    return sorted(cur.fetchall(), key=repr)
 
 
 def _setup(con: rivulet.Connection, queries: dict[str, str]) -> rivulet.Cursor:
@@ -89,7 +81,7 @@ def _setup(con: rivulet.Connection, queries: dict[str, str]) -> rivulet.Cursor:
 
 def _check(cur: rivulet.Cursor, queries: dict[str, str], after: str) -> None:
     for name, q in queries.items():
-        got, want = _rows(cur, f"SELECT * FROM mv_{name}"), _rows(cur, q)
+        got, want = sorted_rows(cur, f"SELECT * FROM mv_{name}"), sorted_rows(cur, q)
         assert got == want, f"mv_{name} differs after {after!r}"
 
 
@@ -160,7 +152,7 @@ def test_many_to_many_matches(con: rivulet.Connection) -> None:
     cur.execute("INSERT INTO a SELECT i, i % 3, i FROM generate_series(1, 60) t(i)")
     cur.execute("INSERT INTO b SELECT i, i % 4, i FROM generate_series(1, 80) t(i)")
     _check(cur, queries, "bulk inserts")
-    assert _rows(cur, "SELECT count(*) FROM mv_inner") == [(20 * 20 + 20 * 20 + 20 * 20,)]
+    assert sorted_rows(cur, "SELECT count(*) FROM mv_inner") == [(20 * 20 + 20 * 20 + 20 * 20,)]
     cur.execute("DELETE FROM b WHERE x = 1")
     cur.execute("UPDATE a SET x = 3 WHERE x = 0")
     _check(cur, queries, "bulk changes")
@@ -183,7 +175,7 @@ def test_mv_on_a_join_mv(con: rivulet.Connection) -> None:
     for stmt in script:
         cur.execute(stmt)
         _check(cur, queries, stmt)
-        assert _rows(cur, "SELECT * FROM mv_on_mv") == _rows(cur, oracle), stmt
+        assert sorted_rows(cur, "SELECT * FROM mv_on_mv") == sorted_rows(cur, oracle), stmt
 
 
 def test_join_over_existing_rows(con: rivulet.Connection) -> None:
@@ -265,9 +257,9 @@ def test_keys_of_other_types(con1: rivulet.Connection) -> None:
         for name, q in queries.items():
             if name == "div" and stmt == script[1]:
                 # The batch query fails on the division by zero; the MV counts it as NULL.
-                assert _rows(cur, f"SELECT * FROM mv_{name}") == [(1, 11)]
+                assert sorted_rows(cur, f"SELECT * FROM mv_{name}") == [(1, 11)]
                 continue
-            assert _rows(cur, f"SELECT * FROM mv_{name}") == _rows(cur, q), (name, stmt)
+            assert sorted_rows(cur, f"SELECT * FROM mv_{name}") == sorted_rows(cur, q), (name, stmt)
 
 
 # ------------------------------------------------------- the executor on its own

@@ -15,6 +15,7 @@ import datetime as dt
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows
 
 import rivulet
 from rivulet.common.errors import DatabaseError
@@ -92,11 +93,6 @@ def expected(base: list[tuple], kind: str, slide: int, size: int, offset: int) -
     return sorted(out, key=repr)
 
 
-def _rows(cur: rivulet.Cursor, sql: str) -> list[tuple]:
-    cur.execute(sql)
-    return sorted(cur.fetchall(), key=repr)
-
-
 def _setup(con: rivulet.Connection, windows: dict = WINDOWS) -> rivulet.Cursor:
     cur = con.cursor()
     cur.execute("SET TimeZone = 'UTC'")
@@ -109,11 +105,11 @@ def _setup(con: rivulet.Connection, windows: dict = WINDOWS) -> rivulet.Cursor:
 
 def _check(cur: rivulet.Cursor, after: str, windows: dict = WINDOWS) -> None:
     for name, (q, table, kind, slide, size, offset) in windows.items():
-        got = _rows(cur, f"SELECT * FROM mv_{name}")
-        want = expected(_rows(cur, f"SELECT * FROM {table}"), kind, slide, size, offset)
+        got = sorted_rows(cur, f"SELECT * FROM mv_{name}")
+        want = expected(sorted_rows(cur, f"SELECT * FROM {table}"), kind, slide, size, offset)
         assert got == want, f"mv_{name} differs after {after!r}"
         # The same query as a batch SELECT (the binder's rewrite) gives the same rows.
-        assert _rows(cur, q) == want, f"batch {q!r} differs after {after!r}"
+        assert sorted_rows(cur, q) == want, f"batch {q!r} differs after {after!r}"
 
 
 @pytest.fixture
@@ -157,18 +153,20 @@ def test_windows_follow_a_fixed_script(con: rivulet.Connection) -> None:
         cur.execute(stmt)
         _check(cur, stmt)
         # mv_hop itself was just checked against the Python oracle.
-        assert _rows(cur, "SELECT * FROM mv_on_hop") == _rows(cur, on_mv), stmt
-        assert _rows(cur, "SELECT * FROM mv_top_hop") == _rows(
+        assert sorted_rows(cur, "SELECT * FROM mv_on_hop") == sorted_rows(cur, on_mv), stmt
+        assert sorted_rows(cur, "SELECT * FROM mv_top_hop") == sorted_rows(
             cur,
             "SELECT id, window_start FROM mv_hop ORDER BY window_start DESC, id LIMIT 4",
         ), stmt
-        hop_rows = expected(_rows(cur, "SELECT * FROM t"), "hop", MIN, 3 * MIN, 0)
+        hop_rows = expected(sorted_rows(cur, "SELECT * FROM t"), "hop", MIN, 3 * MIN, 0)
         counts: dict = {}
         for row in hop_rows:
             n, total = counts.get(row[3], (0, 0))
             counts[row[3]] = (n + 1, total + (row[2] or 0))
         want = sorted(((w, n, total) for w, (n, total) in counts.items()), key=repr)
-        got = [(w, n, int(total)) for w, n, total in _rows(cur, "SELECT * FROM mv_per_window")]
+        got = [
+            (w, n, int(total)) for w, n, total in sorted_rows(cur, "SELECT * FROM mv_per_window")
+        ]
         assert got == want, stmt
 
 

@@ -15,6 +15,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 from rivulet.common.errors import Error
@@ -92,12 +93,12 @@ def statements(draw: st.DrawFn) -> str:
     )
     if kind == "insert":
         rows = draw(st.lists(st.tuples(IDS, KS, VS), min_size=1, max_size=5))
-        values = ", ".join(f"({i}, {_sql(k)}, {_sql(v)})" for i, k, v in rows)
+        values = ", ".join(f"({i}, {sql_literal(k)}, {sql_literal(v)})" for i, k, v in rows)
         return f"INSERT INTO t VALUES {values}"
     if kind == "update":
-        return f"UPDATE t SET v = {_sql(draw(VS))} WHERE id = {draw(IDS)}"
+        return f"UPDATE t SET v = {sql_literal(draw(VS))} WHERE id = {draw(IDS)}"
     if kind == "move":  # a row changes partition
-        return f"UPDATE t SET k = {_sql(draw(KS))} WHERE id % 3 = {draw(st.integers(0, 2))}"
+        return f"UPDATE t SET k = {sql_literal(draw(KS))} WHERE id % 3 = {draw(st.integers(0, 2))}"
     if kind == "shift":
         return (
             f"UPDATE t SET v = v + {draw(st.integers(-3, 3))} WHERE k = {draw(st.integers(0, 3))}"
@@ -108,15 +109,6 @@ def statements(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         return f"DELETE FROM u WHERE k = {k}"
     return f"INSERT INTO u VALUES ({k}, '{draw(st.sampled_from(['p', 'q']))}')"
-
-
-def _sql(v: object) -> str:
-    return "NULL" if v is None else str(v)
-
-
-def _rows(cur: rivulet.Cursor, sql: str) -> list[tuple]:
-    cur.execute(sql)
-    return sorted(cur.fetchall(), key=repr)
 
 
 def _setup(con: rivulet.Connection, queries: dict[str, str]) -> rivulet.Cursor:
@@ -130,7 +122,7 @@ def _setup(con: rivulet.Connection, queries: dict[str, str]) -> rivulet.Cursor:
 
 def _check(cur: rivulet.Cursor, queries: dict[str, str], after: str) -> None:
     for name, q in queries.items():
-        got, want = _rows(cur, f"SELECT * FROM mv_{name}"), _rows(cur, q)
+        got, want = sorted_rows(cur, f"SELECT * FROM mv_{name}"), sorted_rows(cur, q)
         assert got == want, f"mv_{name} differs after {after!r}"
 
 
@@ -191,10 +183,10 @@ def test_history_is_backfilled_and_mvs_stack(con: rivulet.Connection) -> None:
     for stmt in ["SELECT 1", "DELETE FROM t WHERE v > 90", "UPDATE t SET k = (k + 1) % 7"]:
         cur.execute(stmt)
         _check(cur, queries, stmt)
-        assert _rows(cur, "SELECT * FROM mv_on_top") == _rows(
+        assert sorted_rows(cur, "SELECT * FROM mv_on_top") == sorted_rows(
             cur, on_top.replace("mv_ranks", f"({QUERIES['ranks']}) x")
         )
-        assert _rows(cur, "SELECT * FROM mv_over_mv") == _rows(
+        assert sorted_rows(cur, "SELECT * FROM mv_over_mv") == sorted_rows(
             cur, over_mv.replace("mv_top", f"({QUERIES['top']}) x")
         )
 
@@ -323,16 +315,16 @@ def test_nexmark_q6_matches_the_oracle(parallel: bool) -> None:
         # Created while the events stream in: history and changes both.
         cur.execute(f"CREATE MATERIALIZED VIEW q6 AS {Q6}")
         deadline = time.monotonic() + 60
-        while _rows(cur, "SELECT count(*) FROM bid") != [(events * 46 // 50,)]:
+        while sorted_rows(cur, "SELECT count(*) FROM bid") != [(events * 46 // 50,)]:
             assert time.monotonic() < deadline, "the nexmark tables did not fill"
             time.sleep(0.05)
         cur.execute("FLUSH")
         ambiguous = f"seller IN ({AMBIGUOUS_SELLERS})"
-        got = _rows(cur, f"SELECT * FROM q6 WHERE NOT {ambiguous}")
-        want = _rows(cur, f"SELECT * FROM ({Q6}) q WHERE NOT {ambiguous}")
+        got = sorted_rows(cur, f"SELECT * FROM q6 WHERE NOT {ambiguous}")
+        want = sorted_rows(cur, f"SELECT * FROM ({Q6}) q WHERE NOT {ambiguous}")
         assert got == want
         assert len(got) > 200  # most sellers are compared exactly
         counts = f"SELECT seller, count(*) FROM {{}} WHERE {ambiguous} GROUP BY seller"
-        assert _rows(cur, counts.format("q6")) == _rows(cur, counts.format(f"({Q6}) q"))
+        assert sorted_rows(cur, counts.format("q6")) == sorted_rows(cur, counts.format(f"({Q6}) q"))
     finally:
         con.close()

@@ -5,11 +5,10 @@ random INSERT/UPDATE/DELETE, at parallelism 1 and 4. Comparisons as in test_hash
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 from rivulet.stream.executors.simple_agg import SimpleAggExecutor
@@ -49,27 +48,17 @@ IDS = st.integers(1, 14)
 ROWS = st.tuples(IDS, KS, AS, BS, DS, FS, SS, BOS)
 
 
-def _sql(v: object) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "TRUE" if v else "FALSE"
-    if isinstance(v, str):
-        return f"'{v}'"
-    return repr(v)
-
-
 @st.composite
 def statements(draw: st.DrawFn) -> str:
     kind = draw(st.sampled_from(["insert", "insert", "update", "delete", "delete_some", "clear"]))
     if kind == "insert":
         rows = draw(st.lists(ROWS, min_size=1, max_size=5))
-        values = ", ".join("(" + ", ".join(_sql(v) for v in r) + ")" for r in rows)
+        values = ", ".join("(" + ", ".join(sql_literal(v) for v in r) + ")" for r in rows)
         return f"INSERT INTO t VALUES {values}"
     if kind == "update":
         col = draw(st.sampled_from(["a", "b", "s", "bo", "k"]))
         value = draw({"a": AS, "b": BS, "s": SS, "bo": BOS, "k": KS}[col])
-        return f"UPDATE t SET {col} = {_sql(value)} WHERE id % 4 = {draw(st.integers(0, 3))}"
+        return f"UPDATE t SET {col} = {sql_literal(value)} WHERE id % 4 = {draw(st.integers(0, 3))}"
     if kind == "delete":
         return f"DELETE FROM t WHERE id = {draw(IDS)}"
     if kind == "delete_some":
@@ -77,25 +66,9 @@ def statements(draw: st.DrawFn) -> str:
     return "DELETE FROM t"  # back to the empty input's row
 
 
-def _norm_value(v: object, delim: str | None) -> object:
-    if delim is not None and isinstance(v, str):
-        return tuple(sorted(v.split(delim)))
-    if isinstance(v, float):
-        return float(f"{v:.9g}")
-    if isinstance(v, Decimal):
-        return v.normalize()
-    return v
-
-
-def _rows(cur: rivulet.Cursor, sql: str, aggs: dict[int, str]) -> list[tuple]:
-    cur.execute(sql)
-    rows = [tuple(_norm_value(v, aggs.get(i)) for i, v in enumerate(r)) for r in cur.fetchall()]
-    return sorted(rows, key=repr)
-
-
 def _check(cur: rivulet.Cursor, after: str) -> None:
     for name, (q, aggs) in QUERIES.items():
-        got, want = _rows(cur, f"SELECT * FROM mv_{name}", aggs), _rows(cur, q, aggs)
+        got, want = sorted_rows(cur, f"SELECT * FROM mv_{name}", aggs), sorted_rows(cur, q, aggs)
         assert len(got) == 1, f"mv_{name} has {len(got)} rows after {after!r}"
         assert got == want, f"mv_{name} differs after {after!r}"
 
@@ -143,7 +116,7 @@ def test_global_aggregates_follow_a_fixed_script(parallel: bool) -> None:
     try:
         cur = _setup(con)
         _check(cur, "create")  # the empty input's row is there at once
-        assert _rows(cur, "SELECT n, sa, ss FROM mv_all", {}) == [(0, None, None)]
+        assert sorted_rows(cur, "SELECT n, sa, ss FROM mv_all", {}) == [(0, None, None)]
         for i, stmt in enumerate(SCRIPT):
             cur.execute(stmt)
             if i == 2:
@@ -173,7 +146,7 @@ def test_global_aggregate_over_existing_rows_and_an_mv() -> None:
         )
         for stmt in ["FLUSH", *SCRIPT[2:]]:
             cur.execute(stmt)
-            assert _rows(cur, "SELECT * FROM total", {}) == _rows(cur, oracle, {}), stmt
+            assert sorted_rows(cur, "SELECT * FROM total", {}) == sorted_rows(cur, oracle, {}), stmt
     finally:
         con.close()
 

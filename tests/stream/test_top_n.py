@@ -13,6 +13,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 from rivulet.stream.executors import top_n
@@ -64,10 +65,10 @@ def statements(draw: st.DrawFn) -> str:
     )
     if kind == "insert":
         rows = draw(st.lists(st.tuples(IDS, AS, BS), min_size=1, max_size=5))
-        values = ", ".join(f"({i}, {_sql(a)}, {_sql(b)})" for i, a, b in rows)
+        values = ", ".join(f"({i}, {sql_literal(a)}, {sql_literal(b)})" for i, a, b in rows)
         return f"INSERT INTO t VALUES {values}"
     if kind == "update":
-        return f"UPDATE t SET a = {_sql(draw(AS))}, b = {_sql(draw(BS))} WHERE id = {draw(IDS)}"
+        return f"UPDATE t SET a = {sql_literal(draw(AS))}, b = {sql_literal(draw(BS))} WHERE id = {draw(IDS)}"
     if kind == "shift":
         return f"UPDATE t SET a = a + {draw(st.integers(-3, 3))} WHERE a >= {draw(AS) or 0}"
     if kind == "delete":
@@ -79,18 +80,7 @@ def statements(draw: st.DrawFn) -> str:
     rows = draw(st.lists(st.tuples(IDS, AS), min_size=1, max_size=3))
     if draw(st.booleans()):
         return f"DELETE FROM u WHERE k = {rows[0][0]}"
-    return f"INSERT INTO u VALUES {', '.join(f'({k}, {_sql(a)})' for k, a in rows)}"
-
-
-def _sql(v: object) -> str:
-    if v is None:
-        return "NULL"
-    return f"'{v}'" if isinstance(v, str) else str(v)
-
-
-def _rows(cur: rivulet.Cursor, sql: str) -> list[tuple]:
-    cur.execute(sql)
-    return sorted(cur.fetchall(), key=repr)
+    return f"INSERT INTO u VALUES {', '.join(f'({k}, {sql_literal(a)})' for k, a in rows)}"
 
 
 def _setup(con: rivulet.Connection, queries: dict[str, tuple[str, str | None]]) -> rivulet.Cursor:
@@ -104,7 +94,7 @@ def _setup(con: rivulet.Connection, queries: dict[str, tuple[str, str | None]]) 
 
 def _check(cur: rivulet.Cursor, queries: dict[str, tuple[str, str | None]], after: str) -> None:
     for name, (q, oracle) in queries.items():
-        got, want = _rows(cur, f"SELECT * FROM mv_{name}"), _rows(cur, oracle or q)
+        got, want = sorted_rows(cur, f"SELECT * FROM mv_{name}"), sorted_rows(cur, oracle or q)
         assert got == want, f"mv_{name} differs after {after!r}"
 
 
@@ -182,10 +172,10 @@ def test_mv_on_a_top_n_mv(con: rivulet.Connection) -> None:
     for stmt in script:
         cur.execute(stmt)
         _check(cur, queries, stmt)
-        assert _rows(cur, "SELECT * FROM mv_on_mv") == _rows(
+        assert sorted_rows(cur, "SELECT * FROM mv_on_mv") == sorted_rows(
             cur, on_mv.replace("mv_desc_offset", f"({inner}) m")
         ), stmt
-        assert _rows(cur, "SELECT * FROM mv_top_on_mv") == _rows(
+        assert sorted_rows(cur, "SELECT * FROM mv_top_on_mv") == sorted_rows(
             cur, top_on_mv.replace("mv_desc_offset", f"({inner}) m")
         ), stmt
 
@@ -208,14 +198,14 @@ def test_append_only_source() -> None:
         deadline = time.monotonic() + 10
         while True:
             cur.execute("FLUSH")
-            done = _rows(cur, "SELECT count(*) FROM g_all") == [(600,)]
+            done = sorted_rows(cur, "SELECT count(*) FROM g_all") == [(600,)]
             if done or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
         assert done
         cur.execute("FLUSH")
-        want = _rows(cur, "SELECT id, v FROM g_all ORDER BY v DESC, id LIMIT 5 OFFSET 2")
-        assert _rows(cur, "SELECT * FROM g_top") == want
+        want = sorted_rows(cur, "SELECT id, v FROM g_all ORDER BY v DESC, id LIMIT 5 OFFSET 2")
+        assert sorted_rows(cur, "SELECT * FROM g_top") == want
         assert len(want) == 5
     finally:
         con.close()
@@ -404,6 +394,6 @@ def test_order_by_names_only_the_select_list(con: rivulet.Connection) -> None:
             cur.execute(f"CREATE MATERIALIZED VIEW bad AS {sql}")
         assert (info.value.sqlstate, info.value.message.split(":")[0]) == (state, message), sql
     cur.execute("CREATE MATERIALIZED VIEW mv_q AS SELECT t.b, t.a FROM t ORDER BY t.a DESC LIMIT 2")
-    assert _rows(cur, "SELECT * FROM mv_q") == [("p", 5), ("r", 4)]
+    assert sorted_rows(cur, "SELECT * FROM mv_q") == [("p", 5), ("r", 4)]
     cur.execute("SHOW MATERIALIZED VIEWS")
     assert cur.fetchall() == [("mv_q",)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 
@@ -37,33 +38,20 @@ def statements(draw: st.DrawFn) -> str:
     if table == "c":
         if kind == "insert":
             rows = draw(st.lists(st.tuples(IDS, SS.filter(bool), XS), min_size=1, max_size=3))
-            values = ", ".join(f"({k}, '{s}', {_sql(x)})" for k, s, x in rows)
+            values = ", ".join(f"({k}, '{s}', {sql_literal(x)})" for k, s, x in rows)
             return f"INSERT INTO c VALUES {values}"
         if kind == "update":
-            return f"UPDATE c SET x = {_sql(draw(XS))} WHERE k1 = {draw(IDS)}"
+            return f"UPDATE c SET x = {sql_literal(draw(XS))} WHERE k1 = {draw(IDS)}"
         return f"DELETE FROM c WHERE k1 = {draw(IDS)}"
     if kind == "insert":
         rows = draw(st.lists(st.tuples(IDS, XS, SS), min_size=1, max_size=4))
-        values = ", ".join(f"({i}, {_sql(x)}, {_sql(s)})" for i, x, s in rows)
+        values = ", ".join(f"({i}, {sql_literal(x)}, {sql_literal(s)})" for i, x, s in rows)
         return f"INSERT INTO {table} VALUES {values}"
     if kind == "update":
-        return (
-            f"UPDATE {table} SET x = {_sql(draw(XS))}, s = {_sql(draw(SS))} WHERE id = {draw(IDS)}"
-        )
+        return f"UPDATE {table} SET x = {sql_literal(draw(XS))}, s = {sql_literal(draw(SS))} WHERE id = {draw(IDS)}"
     if kind == "delete":
         return f"DELETE FROM {table} WHERE id = {draw(IDS)}"
     return f"DELETE FROM {table} WHERE x = {draw(st.integers(0, 3))}"
-
-
-def _sql(v: object) -> str:
-    if v is None:
-        return "NULL"
-    return f"'{v}'" if isinstance(v, str) else str(v)
-
-
-def _rows(cur: rivulet.Cursor, sql: str) -> list[tuple]:
-    cur.execute(sql)
-    return sorted(cur.fetchall(), key=repr)
 
 
 def _setup(con: rivulet.Connection, queries: dict[str, str]) -> rivulet.Cursor:
@@ -77,7 +65,7 @@ def _setup(con: rivulet.Connection, queries: dict[str, str]) -> rivulet.Cursor:
 
 def _check(cur: rivulet.Cursor, queries: dict[str, str], after: str) -> None:
     for name, q in queries.items():
-        got, want = _rows(cur, f"SELECT * FROM mv_{name}"), _rows(cur, q)
+        got, want = sorted_rows(cur, f"SELECT * FROM mv_{name}"), sorted_rows(cur, q)
         assert got == want, f"mv_{name} differs after {after!r}"
 
 
@@ -111,8 +99,8 @@ def test_union_follows_a_fixed_script(con: rivulet.Connection) -> None:
         cur.execute(stmt)
         _check(cur, QUERIES, stmt)
         oracle = filtered.replace("mv_two", f"({QUERIES['two']}) u")
-        assert _rows(cur, "SELECT * FROM mv_on_mv") == _rows(cur, oracle), stmt
-        assert _rows(cur, "SELECT * FROM mv_grouped") == _rows(cur, grouped), stmt
+        assert sorted_rows(cur, "SELECT * FROM mv_on_mv") == sorted_rows(cur, oracle), stmt
+        assert sorted_rows(cur, "SELECT * FROM mv_grouped") == sorted_rows(cur, grouped), stmt
 
 
 def test_union_of_mvs_and_union_under_union(con: rivulet.Connection) -> None:
@@ -137,7 +125,7 @@ def test_union_of_mvs_and_union_under_union(con: rivulet.Connection) -> None:
     ]
     for stmt in script:
         cur.execute(stmt)
-        assert _rows(cur, "SELECT * FROM mv_nested") == _rows(cur, oracle), stmt
+        assert sorted_rows(cur, "SELECT * FROM mv_nested") == sorted_rows(cur, oracle), stmt
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["p1", "p4"])
@@ -229,7 +217,7 @@ def test_branch_types_meet_in_the_widest_type(con: rivulet.Connection) -> None:
     cur.execute("INSERT INTO c VALUES (2, 'p', 7)")
     cur.execute("INSERT INTO a VALUES (3, 1, 'p')")
     cur.execute("INSERT INTO b VALUES (4, -6000000000, NULL)")
-    assert _rows(cur, "SELECT * FROM mv_wide") == [
+    assert sorted_rows(cur, "SELECT * FROM mv_wide") == [
         (1, 5000000000),
         (2, 7),
         (4, -6000000000),
@@ -262,5 +250,5 @@ def test_union_all_with_order_by_limit_is_a_top_n(con: rivulet.Connection) -> No
     ]
     for stmt in script:
         cur.execute(stmt)
-        got = _rows(cur, "SELECT * FROM mv_top")
-        assert len(got) == 2 and got == _rows(cur, query), stmt
+        got = sorted_rows(cur, "SELECT * FROM mv_top")
+        assert len(got) == 2 and got == sorted_rows(cur, query), stmt
