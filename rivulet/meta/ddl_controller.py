@@ -179,10 +179,12 @@ class DdlController:
         rate_limit: int | None = None,
         backfill_parallelism: str | None = None,
         cancelled: Callable[[], bool] = lambda: False,
+        progress: Callable[[str], None] | None = None,
     ) -> bool:
         """Create an MV. One whose scans read history stays CREATING until every scan
         actor has read its part (``watch_backfills`` marks it CREATED); a foreground
-        CREATE waits for that, a background one returns at once."""
+        CREATE waits for that, reporting its progress through ``progress`` about once a
+        second; a background one returns at once."""
         async with self.lock:
             table = planned.table
             if self.catalog.name_taken(table.schema, table.name):
@@ -221,7 +223,7 @@ class DdlController:
                 raise
         if creating and not background:
             try:
-                await self.wait_created(table.id, cancelled)
+                await self.wait_created(table.id, cancelled, progress)
             except BaseException:
                 # The client gave up (cancel request, disconnect): the job goes too.
                 with contextlib.suppress(Exception):
@@ -484,10 +486,18 @@ class DdlController:
         return int(row[0]) if row and row[0] is not None else 0
 
     async def wait_created(
-        self, job_id: int, cancelled: Callable[[], bool] = lambda: False
+        self,
+        job_id: int,
+        cancelled: Callable[[], bool] = lambda: False,
+        progress: Callable[[str], None] | None = None,
+        progress_interval_s: float = 1.0,
     ) -> None:
         """Return once a job is CREATED (raises 57014 if it was cancelled meanwhile, or
-        ``cancelled()`` says the client gave up)."""
+        ``cancelled()`` says the client gave up). ``progress`` gets the backfill's
+        progress every ``progress_interval_s`` while it moves."""
+        loop = asyncio.get_running_loop()
+        next_report = loop.time() + progress_interval_s
+        last_text = ""
         while True:
             if cancelled():
                 raise sql_error(QUERY_CANCELED, "canceling statement due to user request")
@@ -496,6 +506,12 @@ class DdlController:
                 raise sql_error(QUERY_CANCELED, f"creating job {job_id} was cancelled")
             if not table.creating:
                 return
+            if progress is not None and loop.time() >= next_report:
+                next_report = loop.time() + progress_interval_s
+                text = self.progress_text(job_id)
+                if text != last_text:
+                    last_text = text
+                    progress(f'materialized view "{table.name}" backfill: {text}')
             await asyncio.sleep(0.02)
 
     async def wait_all_created(self, cancelled: Callable[[], bool] = lambda: False) -> None:
@@ -612,15 +628,19 @@ class DdlController:
         for t in self.catalog.all_tables():
             if not t.creating:
                 continue
-            consumed, total, _ = self.backfill.progress(t.id)
-            pct = 100.0 * consumed / total if total else 0.0
             rows.append(
                 (
                     t.id, t.definition, "BACKGROUND" if t.background else "FOREGROUND",
-                    f"{pct:.2f}% ({consumed}/{total})", t.created_at, t.backfill_type,
+                    self.progress_text(t.id), t.created_at, t.backfill_type,
                 )
             )  # fmt: skip
         return rows
+
+    def progress_text(self, job_id: int) -> str:
+        """A creating job's backfill progress, ``p% (consumed/total)``."""
+        consumed, total, _ = self.backfill.progress(job_id)
+        pct = 100.0 * consumed / total if total else 0.0
+        return f"{pct:.2f}% ({consumed}/{total})"
 
     async def add_worker(self, slots: int) -> int:
         """A new worker; jobs whose policy depends on the slots are rescheduled to use it

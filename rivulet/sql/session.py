@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import duckdb
 from sqlglot import exp
@@ -20,7 +20,7 @@ from rivulet.sql.binder import BindContext, Binder, BoundQuery
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.parser import Statement, parse_statements
-from rivulet.sql.result import StatementResult
+from rivulet.sql.result import Notice, StatementResult
 from rivulet.sql.session_config import VERSION_STRING, SessionConfig
 
 _PARSE_CACHE_SIZE = 256
@@ -44,6 +44,9 @@ class Session:
         self._running_cursor: duckdb.DuckDBPyConnection | None = None
         self._cancel_requested = False
         self._running_task: asyncio.Task[object] | None = None
+        # Where notices raised while a statement runs go at once (pgwire sets it: a
+        # foreground CREATE's progress); without one they are dropped.
+        self.notice_sink: Callable[[Notice], None] | None = None
 
     # ---------------------------------------------------------------- parsing
     def parse(self, sql: str) -> list[Statement]:
@@ -130,6 +133,11 @@ class Session:
                 self._running_cursor = None
 
         return await self.ctx.run_blocking(work)
+
+    def notify(self, notice: Notice) -> None:
+        """Send a notice now, while the statement still runs."""
+        if self.notice_sink is not None:
+            self.notice_sink(notice)
 
     @property
     def cancel_requested(self) -> bool:

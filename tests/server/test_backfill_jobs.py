@@ -214,3 +214,34 @@ def test_a_foreground_create_is_cancelled_by_the_client(srv) -> None:  # type: i
             ).fetchone() != (0,):
                 assert time.monotonic() < deadline, "the cancelled job is still there"
                 time.sleep(0.05)
+
+
+def test_a_foreground_create_reports_its_progress_as_notices(srv) -> None:  # type: ignore[no-untyped-def]
+    with srv.connect() as c:
+        notices: list[tuple[float, str]] = []
+        c.add_notice_handler(lambda d: notices.append((time.monotonic(), d.message_primary)))
+        c.execute("SET backfill_rate_limit = 40000")
+        c.execute(f"CREATE MATERIALIZED VIEW m AS {QUERY}")
+        returned = time.monotonic()
+        progress_notices = [(t, msg) for t, msg in notices if "backfill" in msg]
+        # Each notice arrived while the statement ran, not all at its end.
+        assert len(progress_notices) >= 2, notices
+        assert progress_notices[0][0] < returned - 0.5
+        percents = []
+        for _, msg in progress_notices:
+            assert msg.startswith('materialized view "m" backfill: '), msg
+            percents.append(float(msg.split(": ")[1].split("%")[0]))
+            assert msg.endswith(f"/{ROWS})"), msg
+        assert percents == sorted(percents)
+        assert (
+            job_state(
+                c, int(c.execute("SELECT id FROM rw_streaming_jobs WHERE name = 'm'").fetchone()[0])
+            )[0]
+            == "CREATED"
+        )
+        assert_oracle(c)
+        # Quiet clients are not told.
+        notices.clear()
+        c.execute("SET client_min_messages = warning")
+        c.execute(f"CREATE MATERIALIZED VIEW m2 AS {QUERY}")
+        assert notices == []

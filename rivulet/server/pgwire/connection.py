@@ -44,7 +44,7 @@ from rivulet.sql import dialect
 from rivulet.sql.handlers import describe
 from rivulet.sql.handlers.copy import CopyLoader
 from rivulet.sql.parser import Statement
-from rivulet.sql.result import Column, CopyInRequest, StatementResult
+from rivulet.sql.result import Column, CopyInRequest, Notice, StatementResult
 from rivulet.sql.session_config import VARIABLES
 
 if TYPE_CHECKING:
@@ -257,6 +257,7 @@ class Connection:
             return False
         session = self.server.engine.new_session(user=self.user, database=database)
         self.session = session
+        session.notice_sink = self._send_notice_now
         try:
             self._apply_startup_settings(params)
         except Error as exc:
@@ -478,19 +479,30 @@ class Connection:
 
     def _side_messages(self, result: StatementResult) -> None:
         """Notices and ParameterStatus changes that go with a result."""
-        assert self.session is not None
-        if result.notices:
-            minimum = (self.session.config.get("client_min_messages") or "notice").lower()
-            floor = _MESSAGE_LEVELS.index(minimum) if minimum in _MESSAGE_LEVELS else 99
-            for notice in result.notices:
-                level = notice.severity.lower()
-                rank = _MESSAGE_LEVELS.index(level) if level in _MESSAGE_LEVELS else 99
-                if level == "warning" or rank >= floor:
-                    self.out += m.notice_response(
-                        notice.severity, notice.sqlstate, notice.message, notice.hint
-                    )
+        for notice in result.notices:
+            self._queue_notice(notice)
         for name, value in result.parameter_status:
             self.out += m.parameter_status(name, value)
+
+    def _queue_notice(self, notice: Notice) -> None:
+        """A notice, unless the session's ``client_min_messages`` filters it out."""
+        assert self.session is not None
+        minimum = (self.session.config.get("client_min_messages") or "notice").lower()
+        floor = _MESSAGE_LEVELS.index(minimum) if minimum in _MESSAGE_LEVELS else 99
+        level = notice.severity.lower()
+        rank = _MESSAGE_LEVELS.index(level) if level in _MESSAGE_LEVELS else 99
+        if level == "warning" or rank >= floor:
+            self.out += m.notice_response(
+                notice.severity, notice.sqlstate, notice.message, notice.hint
+            )
+
+    def _send_notice_now(self, notice: Notice) -> None:
+        """A notice raised while a statement runs (backfill progress) goes out at once,
+        with whatever was queued before it."""
+        self._queue_notice(notice)
+        if self.out and not self.writer.is_closing():
+            data, self.out = self.out, bytearray()
+            self.writer.write(data)
 
     # --------------------------------------------------------------- results
     @staticmethod

@@ -275,6 +275,7 @@ async def _create_materialized_view(
         rate_limit=rate_limit,
         backfill_parallelism=None if backfill_parallelism == "default" else backfill_parallelism,
         cancelled=lambda: session.cancel_requested,
+        progress=lambda text: session.notify(Notice(text)),
     )
     if not created:
         return command(
