@@ -24,7 +24,7 @@ import pyarrow as pa
 from rivulet.common.errors import INTERNAL_ERROR, Error, sql_error
 from rivulet.meta.catalog import CatalogChange
 from rivulet.storage.state_store import META_SCHEMA, StateStore
-from rivulet.storage.state_table import MemTable, StateTable
+from rivulet.storage.state_table import MemTable, StateTable, flush_sealed
 from rivulet.stream.executors.dml import Inbox
 from rivulet.stream.message import Barrier, Mutation
 from rivulet.stream.row_errors import RowErrorLog
@@ -213,7 +213,8 @@ class BarrierManager:
         writes: list[Callable[[duckdb.DuckDBPyConnection], None]] = [
             c.write_setup for c in state.changes
         ]
-        writes += [partial(table.flush, memtable) for table, memtable in state.sealed]
+        if state.sealed:
+            writes.append(partial(flush_sealed, state.sealed))
         writes += [c.write for c in state.changes]
         for writer in self.epoch_writers:
             if (write := writer()) is not None:

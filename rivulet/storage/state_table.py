@@ -225,20 +225,43 @@ class StateTable:
     # ------------------------------------------------------------------- flush
     def flush(self, memtable: MemTable, cursor: duckdb.DuckDBPyConnection) -> None:
         """Write a sealed memtable into DuckDB (inside the caller's transaction)."""
+        self._write(memtable.consolidated(self.schema.key_names), memtable.overwrites, cursor)
+
+    def _write(self, table: pa.Table, overwrites: bool, cursor: duckdb.DuckDBPyConnection) -> None:
         key_names = self.schema.key_names
-        table = memtable.consolidated(key_names)
         name = f"__flush_{next(_registration_names)}"
         cursor.register(name, table)
         try:
             target = self.schema.physical_name
-            if memtable.overwrites:
+            if overwrites:
                 cond = " AND ".join(
                     f"{target}.{quote_ident(k)} IS NOT DISTINCT FROM {name}.{quote_ident(k)}"
                     for k in key_names
                 )
                 cursor.execute(f"DELETE FROM {target} USING {name} WHERE {cond}")
             cols = ", ".join(map(quote_ident, [VNODE_COLUMN, *self.schema.column_names]))
-            where = "" if not memtable.overwrites else f" WHERE {OP_COLUMN} IN (1, 4)"
+            where = "" if not overwrites else f" WHERE {OP_COLUMN} IN (1, 4)"
             cursor.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {name}{where}")
         finally:
             cursor.unregister(name)
+
+
+def flush_sealed(
+    sealed: Sequence[tuple[StateTable, MemTable]], cursor: duckdb.DuckDBPyConnection
+) -> None:
+    """Write an epoch's sealed memtables into DuckDB, one DELETE and one INSERT per
+    physical table: the actors sharing a table (each its own vnodes, so disjoint keys)
+    are written together, because a delete joins against the whole stored table."""
+    by_table: dict[int, list[tuple[StateTable, MemTable]]] = {}
+    for table, memtable in sealed:
+        by_table.setdefault(table.schema.table_id, []).append((table, memtable))
+    for parts in by_table.values():
+        table = parts[0][0]
+        if len(parts) == 1:
+            table.flush(parts[0][1], cursor)
+            continue
+        keys = table.schema.key_names
+        batches = [m.consolidated(keys) for _, m in parts]
+        schema = batches[0].schema
+        merged = pa.concat_tables([b if b.schema == schema else b.cast(schema) for b in batches])
+        table._write(merged, any(m.overwrites for _, m in parts), cursor)

@@ -288,6 +288,26 @@ def test_group_index_survives_hash_collisions() -> None:
     assert list(slots) == [4, 3, 2, 1, 0, 5, 6]
 
 
+def test_group_index_finds_every_key_across_many_small_adds() -> None:
+    """Keys added a chunk at a time (through the merges of its recent run into the
+    main one) are all found again, with the slots they were given."""
+    index = GroupIndex([pa_int32()])
+    rng = np.random.default_rng(7)
+    keys = rng.permutation(30_000).astype(np.int32)
+    given_slots: dict[int, int] = {}
+    for chunk in np.array_split(keys, 60):
+        frame = pl.DataFrame({"k0": pl.Series(chunk, dtype=pl.Int32)})
+        slots, h = index.lookup(frame)
+        assert (slots == -1).all()
+        for k, s in zip(chunk.tolist(), index.add(frame, h).tolist()):
+            given_slots[k] = s
+        probe = pl.DataFrame({"k0": pl.Series(keys[:5000], dtype=pl.Int32)})
+        found, _ = index.lookup(probe)
+        assert found.tolist() == [given_slots.get(k, -1) for k in keys[:5000].tolist()]
+    vn = index.vnodes_of(np.arange(index.size))
+    assert len(vn) == 30_000 and vn.min() >= 0
+
+
 def pa_int32():  # type: ignore[no-untyped-def]
     import pyarrow as pa
 

@@ -846,10 +846,85 @@ def _mirror_of(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values.astype(np.int64, copy=False), valid
 
 
+class _SortedHashes:
+    """64-bit hashes -> slots, sorted for ``searchsorted``: a large main run and a small
+    recent run. New hashes go into the recent run (cheap while it is small) and it is
+    merged into the main one when it reaches an eighth of it, so adding a chunk of keys
+    costs in proportion to the chunk, not to the groups already held."""
+
+    _MIN_MERGE = 4096
+
+    def __init__(self) -> None:
+        self.runs = [
+            (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)),
+            (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)),
+        ]
+
+    def __len__(self) -> int:
+        return len(self.runs[0][0]) + len(self.runs[1][0])
+
+    def find(self, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each hash: whether it is held, and its slot where it is."""
+        hit = np.zeros(len(h), dtype=bool)
+        slots = np.full(len(h), -1, dtype=np.int64)
+        for hashes, hash_slots in self.runs:
+            if not len(hashes):
+                continue
+            rest = np.flatnonzero(~hit)
+            if not len(rest):
+                break
+            hr = h[rest]
+            order = np.argsort(hr)  # probing in order is cache-friendly
+            pos = np.empty(len(hr), dtype=np.int64)
+            pos[order] = np.searchsorted(hashes, hr[order])
+            np.minimum(pos, len(hashes) - 1, out=pos)
+            found = hashes[pos] == hr
+            hit[rest[found]] = True
+            slots[rest[found]] = hash_slots[pos[found]]
+        return hit, slots
+
+    def insert(self, h: np.ndarray, slots: np.ndarray) -> None:
+        """Add hashes not held yet (distinct)."""
+        hashes, hash_slots = self.runs[1]
+        at = np.searchsorted(hashes, h)
+        self.runs[1] = (np.insert(hashes, at, h), np.insert(hash_slots, at, slots))
+        main = self.runs[0]
+        if len(self.runs[1][0]) >= max(self._MIN_MERGE, len(main[0]) // 8):
+            merged_h = np.concatenate([main[0], self.runs[1][0]])
+            merged_s = np.concatenate([main[1], self.runs[1][1]])
+            order = np.argsort(merged_h, kind="stable")
+            self.runs = [
+                (merged_h[order], merged_s[order]),
+                (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)),
+            ]
+
+
+class _Column:
+    """A growable numpy array (amortized doubling): appending costs the rows appended."""
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.buf = np.zeros(64, dtype=dtype)
+        self.n = 0
+
+    def append(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self.buf):
+            grown = np.zeros(max(need, 2 * len(self.buf)), dtype=self.buf.dtype)
+            grown[: self.n] = self.buf[: self.n]
+            self.buf = grown
+        self.buf[self.n : need] = values
+        self.n = need
+
+    @property
+    def values(self) -> np.ndarray:
+        return self.buf[: self.n]
+
+
 class GroupIndex:
-    """Group keys -> slots: a sorted array of 64-bit key hashes (the vnode hash, so the
-    vnode comes for free) with their slots, each hit verified against the stored keys;
-    keys whose hash collides with another key's live in a small dict."""
+    """Group keys -> slots: 64-bit key hashes (the vnode hash, so the vnode comes for
+    free) with their slots, each hit verified against the stored keys; keys whose hash
+    collides with another key's live in a small dict. Adding keys costs in proportion to
+    the keys added, so a large, cold index warms up at a steady cost per chunk."""
 
     def __init__(self, key_types: list[pa.DataType]) -> None:
         self.key_types = key_types
@@ -857,15 +932,14 @@ class GroupIndex:
         self.keys = pl.DataFrame(
             [pl.Series(n, [], dtype=_polars_dtype(t)) for n, t in zip(self.names, key_types)]
         )
-        self.hashes = np.zeros(0, dtype=np.uint64)
-        self.hash_slots = np.zeros(0, dtype=np.int64)
-        self.vnodes = np.zeros(0, dtype=np.int16)
+        self.hashes = _SortedHashes()
+        self._vnodes = _Column(np.dtype(np.int16))
         self.collided: dict[tuple[object, ...], int] = {}
         self.size = 1 if not key_types else 0
         self.hash_fn = hash_columns
         # Integer and float keys also as numpy (values, valid) by slot: cheap to verify.
-        self.mirrors: list[tuple[np.ndarray, np.ndarray] | None] = [
-            (np.zeros(0, dtype=_mirror_dtype(t)), np.zeros(0, dtype=bool))
+        self.mirrors: list[tuple[_Column, _Column] | None] = [
+            (_Column(np.dtype(_mirror_dtype(t))), _Column(np.dtype(bool)))
             if _mirror_dtype(t) is not None
             else None
             for t in key_types
@@ -881,13 +955,9 @@ class GroupIndex:
         h = self.hash_fn(arrays)
         slots = np.full(n, -1, dtype=np.int64)
         if len(self.hashes):
-            order = np.argsort(h)  # probing in order is cache-friendly
-            pos = np.empty(n, dtype=np.int64)
-            pos[order] = np.searchsorted(self.hashes, h[order])
-            np.minimum(pos, len(self.hashes) - 1, out=pos)
-            hit = self.hashes[pos] == h
-            cand = self.hash_slots[pos[hit]]
+            hit, cand_all = self.hashes.find(h)
             rows = np.flatnonzero(hit)
+            cand = cand_all[rows]
             same = self._same(arrays, keys, rows, cand)
             slots[rows[same]] = cand[same]
             if not same.all():
@@ -905,7 +975,7 @@ class GroupIndex:
             if mirror is not None:
                 values, valid = _mirror_of(arr)
                 values, valid = values[rows], valid[rows]
-                sv, sm = mirror[0][slots], mirror[1][slots]
+                sv, sm = mirror[0].values[slots], mirror[1].values[slots]
                 eq = values == sv
                 if values.dtype.kind == "f":
                     eq |= np.isnan(values) & np.isnan(sv)
@@ -931,34 +1001,30 @@ class GroupIndex:
         self.keys = pl.concat([self.keys, keys.select(self.names)], rechunk=False)
         if self.keys.n_chunks() > 32:
             self.keys = self.keys.rechunk()
-        self.vnodes = np.concatenate([self.vnodes, (h % np.uint64(VNODE_COUNT)).astype(np.int16)])
+        self._vnodes.append((h % np.uint64(VNODE_COUNT)).astype(np.int16))
         for j, (t, mirror) in enumerate(zip(self.key_types, self.mirrors)):
             if mirror is not None:
                 values, valid = _mirror_of(to_arrow(keys[self.names[j]], t))
-                self.mirrors[j] = (
-                    np.concatenate([mirror[0], values]),
-                    np.concatenate([mirror[1], valid]),
-                )
+                mirror[0].append(values)
+                mirror[1].append(valid)
         # A hash that is taken (or repeats within ``keys``) is a collision.
         order = np.argsort(h, kind="stable")
         hs = h[order]
         first = np.ones(n, dtype=bool)
         first[1:] = hs[1:] != hs[:-1]
         if len(self.hashes):
-            pos = np.minimum(np.searchsorted(self.hashes, hs), len(self.hashes) - 1)
-            first &= self.hashes[pos] != hs
+            taken, _ = self.hashes.find(hs)
+            first &= ~taken
         for r in order[~first]:
             self.collided[self._tuple(keys, int(r))] = int(new[r])
         ins = order[first]
-        at = np.searchsorted(self.hashes, h[ins])
-        self.hashes = np.insert(self.hashes, at, h[ins])
-        self.hash_slots = np.insert(self.hash_slots, at, new[ins])
+        self.hashes.insert(h[ins], new[ins])
         return new
 
     def vnodes_of(self, slots: np.ndarray) -> np.ndarray:
         if not self.names:
             return np.zeros(len(slots), dtype=np.int16)
-        return self.vnodes[slots]
+        return self._vnodes.values[slots]
 
 
 # -------------------------------------------------------------------- core
