@@ -1359,6 +1359,10 @@ def _semi_lookup(
     (``_vnode, g0.., _i``), NULL keys matching NULL, with the probe's ``_i``."""
     name = f"__agg_probe_{next(_names)}"
     keys = [n for n in probe.column_names if n != "_i"]
+    dist = {schema.columns[i][0] for i in schema.dist_key}
+    if dist and dist <= set(keys) - {VNODE_COLUMN}:
+        # The vnode is a function of the group key: joining without it is cheaper.
+        keys.remove(VNODE_COLUMN)
     cond = " AND ".join(f"s.{quote_ident(k)} IS NOT DISTINCT FROM p.{quote_ident(k)}" for k in keys)
     cur.register(name, probe)
     try:
