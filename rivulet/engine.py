@@ -24,11 +24,12 @@ from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
 from rivulet.meta.fragments import replace_graph
+from rivulet.meta.recovery import ActorInfo
 from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
-from rivulet.storage.state_store import StateStore, StoreOptions
+from rivulet.storage.state_store import StateStore, StoreOptions, damaged_error, duckdb_text
 from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.plan import MaterializeNode, PlanNode
 from rivulet.stream.row_errors import RowErrorLog
@@ -101,7 +102,9 @@ class Engine:
             self.ddl.backfill = self.backfill
             self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
             self.barrier.epoch_writers.append(self.ddl.progress_writer)
+            self.barrier.epoch_writers.append(self.barrier.recovery_log.writer)
             self.barrier.on_failure = self._rebuild_dataflow
+            self.barrier.describe_actor = self._describe_actor
             self.params.on_change.append(self._apply_system_param)
             self.ddl.replan = self._replan_materialized_view
             self.ddl.automatic_parallelism = lambda: (
@@ -117,6 +120,12 @@ class Engine:
                 params=self.params,
                 query_executor=self._query_executor,
             )
+        except duckdb.Error as exc:
+            self.store.close()
+            if self.store.directory is None:
+                raise
+            # The store opened but its catalog cannot be read: damaged, never reset.
+            raise damaged_error(self.store.path, duckdb_text(exc)) from None
         except BaseException:
             self.store.close()
             raise
@@ -159,9 +168,11 @@ class Engine:
         root.state_schema = table.state_schema()
         return root
 
-    def _rebuild_dataflow(self, error: Error) -> None:
+    def _rebuild_dataflow(self, error: Error) -> Callable[[], None]:
         """After a failure: drop every actor and rebuild the jobs of the catalog from the
-        last committed checkpoint. Synchronous, so no statement sees it half done."""
+        last committed checkpoint. Synchronous, so no statement sees it half done: the
+        rebuilt jobs take writes at once. Returns what starts their actors (the barrier
+        manager calls it, after a backoff when failures repeat)."""
         pinned = self.ddl.pinned_counts()
         self.runtime.abort_all()
         change = CatalogChange()
@@ -171,8 +182,23 @@ class Engine:
         # the running one ends): the rebuilt layout is written at once, outside any epoch.
         self.store.run_setup(change.statements)
         change.committed()
-        for job in jobs:
-            self.runtime.start_job(job)
+
+        def start() -> None:
+            for job in jobs:
+                if self.runtime.jobs.get(job.graph.job_id) is job:
+                    self.runtime.start_job(job)
+
+        return start
+
+    def _describe_actor(self, actor_id: int) -> ActorInfo | None:
+        """The fragment and job of a running actor (for a failure's log and event)."""
+        for job in self.runtime.jobs.values():
+            actor = job.actors.get(actor_id)
+            if actor is not None:
+                table = self.catalog.tables.get(job.graph.job_id)
+                name = table.name if table is not None else None
+                return ActorInfo(actor.ctx.fragment_id, job.graph.job_id, name)
+        return None
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         """``fn(cursor)`` off the event loop with this thread's cursor (inline when
@@ -220,7 +246,11 @@ class EngineThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="rivulet-engine", daemon=True)
         self._thread.start()
-        self.run(engine.start())
+        try:
+            self.run(engine.start())
+        except BaseException:
+            self.stop()  # release the data directory: the caller may fix it and retry
+            raise
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 from rich.console import Console
@@ -88,6 +88,19 @@ async def _announce_demo(engine: Engine, connect: str) -> None:
         )
     )
     sys.stdout.flush()
+
+
+def _fail(error: Exception) -> NoReturn:
+    """Report an error the user can act on - one line, then its hint - and exit 1 (no
+    traceback: it is not a bug)."""
+    from rivulet.common.errors import Error
+
+    message = error.message if isinstance(error, Error) else str(error)
+    click.echo(f"error: {' '.join(message.split())}", err=True)
+    hint = error.hint if isinstance(error, Error) else None
+    if hint:
+        click.echo(f"hint: {' '.join(hint.split())}", err=True)
+    raise SystemExit(1)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -206,8 +219,7 @@ def playground(
         from rivulet.common.errors import Error
 
         if isinstance(exc, Error):
-            console.print(f"[red]error:[/red] {exc}")
-            raise SystemExit(1) from None
+            _fail(exc)
         raise
     console.print("rivulet stopped")
 

@@ -6,6 +6,11 @@ barrier flows through the dataflow; each actor reports it collected once it has 
 and sealed its state. When every actor has collected epoch ``e``, the sealed writes of ``e``
 and any catalog change attached to ``e`` are committed in one DuckDB transaction on the
 commit thread, epochs strictly in order. Actors go on with ``e + 1`` meanwhile.
+
+When something fails (an actor, a commit) every epoch not yet committed is lost and the
+dataflow is rebuilt from the last checkpoint (``recover``). Failures that repeat back off
+(``meta.recovery``): the rebuilt actors wait before they start, and meanwhile no barrier
+is injected, so statements wait for them instead of failing.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -23,6 +29,13 @@ import pyarrow as pa
 
 from rivulet.common.errors import INTERNAL_ERROR, Error, sql_error
 from rivulet.meta.catalog import CatalogChange
+from rivulet.meta.recovery import (
+    ActorInfo,
+    Backoff,
+    FailureCause,
+    RecoveryEvent,
+    RecoveryLog,
+)
 from rivulet.storage.state_store import META_SCHEMA, StateStore
 from rivulet.storage.state_table import MemTable, StateTable, flush_sealed
 from rivulet.stream.executors.dml import Inbox
@@ -67,16 +80,27 @@ class BarrierManager:
         # The next epoch to commit (epochs lost to a failure are skipped, never reused).
         self._commit_next = store.committed_epoch + 1
         self._tasks: list[asyncio.Task[None]] = []
-        # Rebuilds the dataflow from the last committed checkpoint (set by the engine).
-        self.on_failure: Callable[[Error], None] | None = None
+        # Rebuilds the dataflow from the last committed checkpoint (set by the engine):
+        # drops every actor and builds the jobs again at once, so that writes find their
+        # new inboxes, and returns what starts the rebuilt actors (maybe after a backoff).
+        self.on_failure: Callable[[Error], Callable[[], None]] | None = None
+        # Who an actor is, for the failure's log line and event (set by the engine).
+        self.describe_actor: Callable[[int], ActorInfo | None] | None = None
+        self.recovery_log = RecoveryLog(store)
+        self.backoff = Backoff()
         self.recoveries = 0
+        # Between a recovery and the start of its rebuilt actors (the backoff delay), no
+        # barrier is injected: what statements write waits in the new actors' inboxes.
+        self._recovering = False
+        self._restart_handle: asyncio.TimerHandle | None = None
+        self._restart_event: RecoveryEvent | None = None
         self._commit_wakeup: asyncio.Event | None = None
         # Bumped when a commit fails: a statement that wrote before must not succeed.
         self.failures = 0
         # A failure reported while a commit runs waits for it: rebuilding from the last
         # checkpoint must not read state that the running commit is about to change.
         self._committing = False
-        self._deferred_failure: Error | None = None
+        self._deferred_failure: tuple[Error, FailureCause] | None = None
         # While the dataflow is being rebuilt (a reschedule), no barrier may be injected:
         # writes wait in the stopped actors' inboxes for the new actors.
         self._paused = False
@@ -98,6 +122,9 @@ class BarrierManager:
             self._tasks.append(loop.create_task(self._tick_loop(), name="barrier-tick"))
 
     async def stop(self) -> None:
+        if self._restart_handle is not None:
+            self._restart_handle.cancel()
+            self._restart_handle = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -108,7 +135,7 @@ class BarrierManager:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
-            if self._actors and not self._paused:
+            if self._actors and not self._held:
                 self.inject()
 
     # -------------------------------------------------------------- actors
@@ -177,8 +204,23 @@ class BarrierManager:
     def actor_failed(self, actor_id: int, error: BaseException) -> None:
         if actor_id not in self._actors:
             return  # an actor of a dataflow already torn down
-        message = f"actor {actor_id} failed: {type(error).__name__}: {error}"
-        self.recover(sql_error(INTERNAL_ERROR, message))
+        what = f"{type(error).__name__}: {error}"
+        known = self.describe_actor(actor_id) if self.describe_actor is not None else None
+        cause = FailureCause(
+            what,
+            actor_id,
+            known.fragment_id if known else None,
+            known.job_id if known else None,
+            known.job_name if known else None,
+        )
+        failure = sql_error(
+            INTERNAL_ERROR,
+            cause.describe(),
+            hint="The streaming jobs were recovered from the last checkpoint and the"
+            " statement's writes were not applied; run it again. rw_recovery_events lists"
+            " the recoveries.",
+        )
+        self.recover(failure, cause)
 
     # --------------------------------------------------------------- commits
     def _wake_commit(self) -> None:
@@ -199,14 +241,16 @@ class BarrierManager:
                 await self._commit(nxt, loop)
             except Exception as exc:
                 log.exception("checkpoint of epoch %d failed", nxt.epoch)
-                self._deferred_failure = self._deferred_failure or sql_error(
-                    INTERNAL_ERROR, f"checkpoint of epoch {nxt.epoch} failed: {exc}"
+                reason = f"checkpoint of epoch {nxt.epoch} failed: {exc}"
+                self._deferred_failure = self._deferred_failure or (
+                    sql_error(INTERNAL_ERROR, reason),
+                    FailureCause(reason),
                 )
             finally:
                 self._committing = False
             if self._deferred_failure is not None:
-                error, self._deferred_failure = self._deferred_failure, None
-                self.recover(error)
+                (error, cause), self._deferred_failure = self._deferred_failure, None
+                self.recover(error, cause)
 
     async def _commit(self, state: _Epoch, loop: asyncio.AbstractEventLoop) -> None:
         # Catalog changes create their state tables first and drop them last.
@@ -251,7 +295,7 @@ class BarrierManager:
         """Make writes placed in ``epoch`` visible now: inject its barrier unless it is
         on its way, then wait for its commit."""
         if self._last_injected < epoch:
-            if self._paused:
+            if self._held:
                 self._inject_on_resume = True
             else:
                 self.inject()
@@ -265,7 +309,7 @@ class BarrierManager:
         self, change: CatalogChange | None = None, mutation: Mutation | None = None
     ) -> int:
         """Commit ``change`` (and apply ``mutation``) with a barrier of its own."""
-        while self._paused:
+        while self._held:
             await self._resumed.wait()
         epoch = self.inject(mutation=mutation, change=change)
         return await self.wait_committed(epoch)
@@ -274,6 +318,20 @@ class BarrierManager:
     @property
     def paused(self) -> bool:
         return self._paused
+
+    @property
+    def recovering(self) -> bool:
+        """A recovery's rebuilt actors wait for their backoff to end."""
+        return self._recovering
+
+    @property
+    def _held(self) -> bool:
+        return self._paused or self._recovering
+
+    async def wait_recovered(self) -> None:
+        """Return once no recovery is waiting to start its rebuilt actors."""
+        while self._recovering:
+            await self._resumed.wait()
 
     def pause(self) -> None:
         """Inject no barrier until ``resume`` (the caller injects its own)."""
@@ -285,22 +343,41 @@ class BarrierManager:
         if not self._paused:
             return
         self._paused = False
+        self._release()
+
+    def _release(self) -> None:
+        if self._held:
+            return
         self._resumed.set()
         if self._inject_on_resume:
             self._inject_on_resume = False
             self.inject()
 
     # --------------------------------------------------------------- failure
-    def recover(self, error: Error) -> None:
+    def recover(self, error: Error, cause: FailureCause | None = None) -> None:
         """Something failed (an actor, a commit): every epoch not yet committed is lost.
         Statements waiting on them get ``error``; the engine rebuilds the dataflow from
-        the last committed checkpoint (``on_failure``) and barriers go on from there."""
+        the last committed checkpoint (``on_failure``) and barriers go on from there.
+        The rebuilt actors start at once, or after a backoff when failures repeat."""
+        cause = cause or FailureCause(error.message)
         if self._committing:
-            self._deferred_failure = self._deferred_failure or error
+            self._deferred_failure = self._deferred_failure or (error, cause)
             return
         self.failures += 1
         self.recoveries += 1
-        log.error("recovering from: %s", error.message)
+        if cause.manual:
+            attempt, delay = 1, 0.0
+        else:
+            attempt, delay = self.backoff.next(time.monotonic())
+        event = self.recovery_log.record(cause, self._committed, attempt, delay)
+        log.log(
+            logging.INFO if cause.manual else logging.ERROR,
+            "recovery %d: %s; rebuilding every job from the checkpoint of epoch %d%s",
+            event.id,
+            cause.describe(),
+            self._committed,
+            f" in {delay:g} s (failure {attempt} in a row)" if delay else "",
+        )
         lost = [e for e in self._waiters if e > self._committed]
         for epoch in lost:
             for fut in self._waiters.pop(epoch):
@@ -312,14 +389,46 @@ class BarrierManager:
                 state.committed.exception()  # retrieved: nobody may be waiting on it
         self._inflight.clear()
         self._commit_next = self._last_injected + 1
-        # A rebuild that was under way is superseded by the recovery's.
+        # A rebuild that was under way is superseded by the recovery's, and so are the
+        # rebuilt actors of an earlier recovery still waiting for their backoff.
         self._paused = False
-        self._resumed.set()
+        if self._restart_handle is not None:
+            self._restart_handle.cancel()
+            self._restart_handle = None
+            if self._restart_event is not None:  # over when this recovery's is
+                self.recovery_log.restarted(self._restart_event)
+        self._recovering = True
+        self._resumed.clear()
         self._inject_on_resume = False
         self._actors.clear()
         self._inboxes.clear()
-        if self.on_failure is not None:
-            self.on_failure(error)
+        start: Callable[[], None] | None = None
+        try:
+            start = self.on_failure(error) if self.on_failure is not None else None
+        except Exception:
+            # Barriers must flow again whatever happened: a statement waiting on a
+            # recovery that never ends would hang.
+            log.exception("recovery %d could not rebuild the dataflow", event.id)
+        if delay > 0:
+            self._restart_event = event
+            self._restart_handle = asyncio.get_running_loop().call_later(
+                delay, self._restart, start, event
+            )
+        else:
+            self._restart(start, event)
+
+    def _restart(self, start: Callable[[], None] | None, event: RecoveryEvent) -> None:
+        """The backoff is over: the rebuilt actors start, and barriers flow again."""
+        self._restart_handle = None
+        self._restart_event = None
+        self._recovering = False
+        try:
+            if start is not None:
+                start()
+        except Exception:
+            log.exception("recovery %d could not start the rebuilt actors", event.id)
+        self.recovery_log.restarted(event)
+        self._release()
 
 
 def row_errors_writer(

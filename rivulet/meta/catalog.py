@@ -17,6 +17,7 @@ import duckdb
 
 from rivulet.common.chunk import ROW_ID_COLUMN
 from rivulet.common.types import DataType, type_from_name
+from rivulet.meta.recovery import RECOVERY_EVENTS_DDL
 from rivulet.storage.state_store import META_SCHEMA, StateStore
 from rivulet.storage.state_table import StateTableSchema
 
@@ -203,6 +204,7 @@ _META_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.workers (
         id INTEGER PRIMARY KEY, host VARCHAR NOT NULL, port INTEGER NOT NULL,
         slots INTEGER NOT NULL)""",
+    RECOVERY_EVENTS_DDL,
 ]
 
 

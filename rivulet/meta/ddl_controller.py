@@ -670,6 +670,9 @@ class DdlController:
         writes that arrived meanwhile go to the new actors. No barrier is injected in
         between, so nothing is lost or doubled. Returns once the new layout is committed.
         The caller holds ``self.lock``."""
+        # A recovery in its backoff has built actors that have not started: wait until
+        # they run, so that the stop barrier reaches them.
+        await self.barrier.wait_recovered()
         actors = frozenset(a for job in self.runtime.jobs.values() for a in job.actors)
         self.barrier.pause()
         try:

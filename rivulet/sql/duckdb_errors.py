@@ -13,6 +13,7 @@ import duckdb
 
 from rivulet.common.errors import (
     AMBIGUOUS_COLUMN,
+    DATA_CORRUPTED,
     DATATYPE_MISMATCH,
     DIVISION_BY_ZERO,
     FEATURE_NOT_SUPPORTED,
@@ -68,6 +69,15 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
 
     if isinstance(exc, duckdb.InterruptException):
         return sql_error(QUERY_CANCELED, "canceling statement due to user request")
+    if "corrupt database file" in low or "could not read enough bytes from file" in low:
+        # A block of committed state fails its checksum or is missing (DuckDB reads the
+        # store lazily, so damage outside the catalog shows when it is read).
+        return sql_error(
+            DATA_CORRUPTED,
+            f"the state store is damaged: {msg}",
+            hint="Part of the stored state cannot be read. Stop Rivulet and restore the"
+            " data directory from a backup.",
+        )
     if "division by zero" in low:
         return sql_error(DIVISION_BY_ZERO, "division by zero")
     if isinstance(exc, duckdb.ConstraintException):

@@ -3,6 +3,12 @@
 * In memory when no directory is given, else ``<dir>/rivulet.duckdb``, guarded by an
   exclusive lock file so that a second process gets a clear error instead of a corrupted
   store.
+* An existing store is checked read-only before it is opened for writing: one that is
+  damaged (corrupt, truncated, missing committed epochs), written by a newer Rivulet,
+  held by another process or not a Rivulet store is refused with a clear error (SQLSTATE
+  and hint), and its files are left byte for byte as they were. Never is a store silently
+  made anew: a directory whose database file is gone but whose ``EPOCH`` file says
+  epochs were committed is refused too.
 * DuckDB runs with external access disabled and its configuration locked: SQL that reaches
   it can touch no file, load no extension and change no setting.
 * One checkpoint is one DuckDB transaction (``commit_epoch``): a crash can never leave
@@ -14,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -25,12 +33,21 @@ import duckdb
 from rivulet.common.errors import (
     CONFIG_FILE_ERROR,
     DATA_CORRUPTED,
+    IO_ERROR,
     LOCK_NOT_AVAILABLE,
+    Error,
     sql_error,
 )
 
+log = logging.getLogger(__name__)
+
 DB_FILE_NAME = "rivulet.duckdb"
 LOCK_FILE_NAME = "LOCK"
+# The last committed epoch, written after each commit. DuckDB replays a WAL that was cut
+# short or damaged as far as it can and opens what is left without complaint; this file
+# is how a store that lost committed epochs (or its whole database file) is told from a
+# new one.
+EPOCH_FILE_NAME = "EPOCH"
 # Bumped whenever the on-disk layout changes incompatibly.
 FORMAT_VERSION = 1
 
@@ -45,14 +62,18 @@ class StoreOptions:
 
 
 class DataDirLock:
-    """An exclusive advisory lock on a data directory, held for the process's lifetime."""
+    """An exclusive advisory lock on a data directory, held for the process's lifetime.
+    The kernel drops it when the process dies, so a crash leaves no stale lock."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / LOCK_FILE_NAME
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _directory_error(self.path.parent, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -77,20 +98,86 @@ class DataDirLock:
             self._fd = None
 
 
+def _directory_error(directory: Path, exc: OSError) -> Error:
+    return sql_error(
+        IO_ERROR,
+        f'cannot use the data directory "{directory}": {exc.strerror or exc}',
+        hint="Choose a directory this user can create and write to, or fix its permissions.",
+    )
+
+
+# The fixed part of a DuckDB file before its blocks: the main header and two database
+# headers of 4 KiB each.
+_DUCKDB_HEADERS_SIZE = 3 * 4096
+_DAMAGED_HINT = (
+    "Restore the data directory from a backup. Rivulet has left its files as they are; to"
+    " start afresh instead, move the directory away and start with an empty one (its data"
+    " is then lost)."
+)
+
+
+def duckdb_text(exc: duckdb.Error) -> str:
+    """DuckDB's message, first line, without its class prefix ("IO Error: ")."""
+    return re.sub(r"^[A-Za-z ]+ Error: ", "", str(exc).strip()).split("\n")[0]
+
+
+def open_error(db_path: str, exc: duckdb.Error) -> Error:
+    """The error for a store DuckDB refused to open, by what DuckDB says went wrong."""
+    text = duckdb_text(exc)
+    if "Could not set lock" in text or "Conflicting lock" in text:
+        return sql_error(
+            LOCK_NOT_AVAILABLE,
+            f'the state store "{db_path}" is in use by another process: {text}',
+            hint="Stop the other process, or open a different data directory.",
+        )
+    if "Trying to read a database file with version number" in text:
+        return sql_error(
+            CONFIG_FILE_ERROR,
+            f'the state store "{db_path}" was written by an incompatible version of DuckDB: {text}',
+            hint="Open it with the Rivulet (and DuckDB) version that wrote it. Rivulet has"
+            " left the file as it is.",
+        )
+    return damaged_error(db_path, text)
+
+
+def damaged_error(db_path: str, text: str) -> Error:
+    """The error for a store whose file is damaged (corrupt, truncated, unreadable)."""
+    return sql_error(
+        DATA_CORRUPTED,
+        f'the state store "{db_path}" is damaged: {text}',
+        hint=_DAMAGED_HINT,
+    )
+
+
 class StateStore:
     """Owns the DuckDB database. Thread-safe: each thread reads through its own cursor."""
 
     def __init__(self, directory: str | os.PathLike[str] | None, options: StoreOptions) -> None:
         self.directory = Path(directory) if directory is not None else None
         self._lock: DataDirLock | None = None
-        db_path = ":memory:"
+        self.path = ":memory:"
+        self._epoch_fd: int | None = None
         if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise _directory_error(self.directory, exc) from None
             self._lock = DataDirLock(self.directory)
             self._lock.acquire()
-            db_path = str(self.directory / DB_FILE_NAME)
+            self.path = str(self.directory / DB_FILE_NAME)
         try:
-            self._root = self._open(db_path, options)
+            if self.directory is not None:
+                marked = self._marked_epoch()
+                if os.path.exists(self.path):
+                    self._check(self.path, options, marked)
+                elif marked:
+                    raise sql_error(
+                        DATA_CORRUPTED,
+                        f'the data directory "{self.directory}" has lost its state store'
+                        f' "{DB_FILE_NAME}": epochs up to {marked} were committed to it',
+                        hint=_DAMAGED_HINT,
+                    )
+            self._root = self._open(self.path, options)
         except BaseException:
             if self._lock is not None:
                 self._lock.release()
@@ -101,9 +188,19 @@ class StateStore:
         self._commit_lock = threading.Lock()
         self.committed_epoch = self._read_epoch()
         self.closed = False
+        if self.directory is not None:
+            try:
+                self._epoch_fd = os.open(
+                    self.directory / EPOCH_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644
+                )
+                self._mark_epoch(self.committed_epoch)
+            except OSError as exc:
+                self.close()
+                raise _directory_error(self.directory, exc) from None
 
     # ----------------------------------------------------------------- opening
-    def _open(self, db_path: str, options: StoreOptions) -> duckdb.DuckDBPyConnection:
+    @staticmethod
+    def _config(options: StoreOptions) -> dict[str, object]:
         config: dict[str, object] = {
             "enable_external_access": False,
             "autoinstall_known_extensions": False,
@@ -115,41 +212,150 @@ class StateStore:
         }
         if options.threads:
             config["threads"] = options.threads
+        return config
+
+    def _marked_epoch(self) -> int:
+        """The epoch the ``EPOCH`` file says was committed last (0: none, or unreadable:
+        it only ever lags the store, so ignoring it never refuses a good store)."""
+        assert self.directory is not None
         try:
-            con = duckdb.connect(db_path, config=config)
+            return int((self.directory / EPOCH_FILE_NAME).read_text().strip() or 0)
+        except (OSError, ValueError):  # missing (a new or older directory) or unreadable
+            return 0
+
+    def _mark_epoch(self, epoch: int) -> None:
+        # Fixed width, so that each write replaces the whole content. No fsync: written
+        # after DuckDB's commit synced its WAL, it can never say more than the store has.
+        if self._epoch_fd is not None:
+            os.pwrite(self._epoch_fd, f"{epoch:020d}\n".encode(), 0)
+
+    def _check(self, db_path: str, options: StoreOptions, marked: int = 0) -> None:
+        """Look at an existing store read-only before opening it for writing, so that a
+        store this version must not use (damaged, truncated, newer, not Rivulet's) is
+        refused with the file left byte for byte as it was: a read-write open could
+        write to it (WAL replay and checkpoint, set-up statements) before any check."""
+        try:
+            con = duckdb.connect(db_path, read_only=True, config=self._config(options))
         except duckdb.Error as exc:
-            text = str(exc)
-            if "lock" in text.lower():
-                raise sql_error(
-                    LOCK_NOT_AVAILABLE,
-                    f'data directory "{self.directory}" is in use by another process',
-                    hint="Stop the other process, or open a different data directory.",
-                ) from None
-            raise sql_error(
-                DATA_CORRUPTED,
-                f'cannot open the state store "{db_path}": {text}',
-                hint="The file is damaged or not a Rivulet store. Restore it from a backup,"
-                " or start with an empty data directory.",
-            ) from None
-        con.execute("SET TimeZone = 'UTC'")
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {STATE_SCHEMA}")
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {META_SCHEMA}")
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {META_SCHEMA}.store_format "
-            "(format_version INTEGER NOT NULL, committed_epoch BIGINT NOT NULL)"
-        )
-        row = con.execute(f"SELECT format_version FROM {META_SCHEMA}.store_format").fetchall()
-        row = row[0] if row else None
-        if row is None:
-            con.execute(f"INSERT INTO {META_SCHEMA}.store_format VALUES (?, 0)", [FORMAT_VERSION])
-        elif row[0] > FORMAT_VERSION:
+            raise open_error(db_path, exc) from None
+        try:
+            self._check_size(con, db_path)
+            tables = {
+                (schema, name)
+                for schema, name in con.execute(
+                    "SELECT schema_name, table_name FROM duckdb_tables()"
+                    " WHERE database_name = current_database()"
+                ).fetchall()
+            }
+            self._check_format(con, tables)
+            self._check_epoch(con, tables, db_path, marked)
+            # Read every meta table whole: DuckDB verifies each block's checksum as it
+            # reads it, so damage in the catalog is found now. (State tables are read
+            # lazily, by vnode, and may be large: damage there surfaces when read.)
+            for schema, name in sorted(tables):
+                if schema == META_SCHEMA:
+                    con.execute(f'SELECT * FROM {META_SCHEMA}."{name}"').fetchall()
+        except duckdb.Error as exc:
+            raise damaged_error(db_path, duckdb_text(exc)) from None
+        finally:
             con.close()
+
+    @staticmethod
+    def _check_size(con: duckdb.DuckDBPyConnection, db_path: str) -> None:
+        """A file too short for the blocks in use was truncated (DuckDB itself would only
+        notice when it reads a missing block). Only the blocks in use count: DuckDB cuts
+        free blocks off the end of the file, and a crash while it extends the file may
+        leave a partial block after them; neither is damage."""
+        row = con.execute(
+            "SELECT block_size, used_blocks FROM pragma_database_size()"
+            " WHERE database_name = current_database()"
+        ).fetchone()
+        if row is None or not row[0]:
+            return
+        block_size, used = int(row[0]), int(row[1])
+        actual = os.path.getsize(db_path)
+        if (actual - _DUCKDB_HEADERS_SIZE) // block_size < used:
+            raise damaged_error(
+                db_path,
+                f"the file is truncated: it holds {actual} bytes, too few for the {used}"
+                f" blocks of {block_size} bytes in use",
+            )
+
+    def _check_format(self, con: duckdb.DuckDBPyConnection, tables: set[tuple[str, str]]) -> None:
+        if (META_SCHEMA, "store_format") not in tables:
+            if tables:
+                raise sql_error(
+                    CONFIG_FILE_ERROR,
+                    f'"{self.path}" is a DuckDB database but not a Rivulet store (it has no'
+                    f" {META_SCHEMA}.store_format table)",
+                    hint="Open a Rivulet data directory, or an empty directory to create a"
+                    " new store. Rivulet has left the file as it is.",
+                )
+            return  # created but never set up (a crash at the very first start)
+        rows = con.execute(f"SELECT format_version FROM {META_SCHEMA}.store_format").fetchall()
+        if not rows:
+            if any(s == META_SCHEMA and n != "store_format" for s, n in tables):
+                raise damaged_error(self.path, f"{META_SCHEMA}.store_format has no row")
+            return
+        self._check_version(rows[0][0])
+
+    @staticmethod
+    def _check_epoch(
+        con: duckdb.DuckDBPyConnection, tables: set[tuple[str, str]], db_path: str, marked: int
+    ) -> None:
+        """Committed epochs missing from the store: DuckDB dropped part of its WAL."""
+        if (META_SCHEMA, "store_format") in tables:
+            row = con.execute(f"SELECT committed_epoch FROM {META_SCHEMA}.store_format").fetchone()
+            stored = int(row[0]) if row else 0
+        else:
+            stored = 0
+        if stored < marked:
+            error = damaged_error(
+                db_path,
+                f"it holds the epochs up to {stored}, but epochs up to {marked} were committed"
+                f' (its write-ahead log "{db_path}.wal" was cut short or damaged)',
+            )
+            error.hint = (
+                f"{error.hint} If {DB_FILE_NAME} alone was put back from an older backup on"
+                f" purpose, delete the {EPOCH_FILE_NAME} file next to it to accept its older"
+                " state."
+            )
+            raise error
+
+    def _check_version(self, version: int) -> None:
+        if version > FORMAT_VERSION:
             raise sql_error(
                 CONFIG_FILE_ERROR,
                 f'the data directory "{self.directory}" was written by a newer Rivulet'
-                f" (format version {row[0]}; this version reads up to {FORMAT_VERSION})",
-                hint="Upgrade Rivulet to open it.",
+                f" (format version {version}; this version reads up to {FORMAT_VERSION})",
+                hint="Upgrade Rivulet to open it. This version has left it as it is.",
             )
+
+    def _open(self, db_path: str, options: StoreOptions) -> duckdb.DuckDBPyConnection:
+        try:
+            con = duckdb.connect(db_path, config=self._config(options))
+        except duckdb.Error as exc:
+            raise open_error(db_path, exc) from None
+        try:
+            con.execute("SET TimeZone = 'UTC'")
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {STATE_SCHEMA}")
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {META_SCHEMA}")
+            con.execute(
+                f"CREATE TABLE IF NOT EXISTS {META_SCHEMA}.store_format "
+                "(format_version INTEGER NOT NULL, committed_epoch BIGINT NOT NULL)"
+            )
+            rows = con.execute(f"SELECT format_version FROM {META_SCHEMA}.store_format").fetchall()
+            if not rows:
+                con.execute(
+                    f"INSERT INTO {META_SCHEMA}.store_format VALUES (?, 0)", [FORMAT_VERSION]
+                )
+            else:
+                self._check_version(rows[0][0])
+        except BaseException as exc:
+            con.close()
+            if isinstance(exc, duckdb.Error):
+                raise damaged_error(db_path, duckdb_text(exc)) from None
+            raise
         return con
 
     def lock_configuration(self) -> None:
@@ -216,6 +422,10 @@ class StateStore:
                     cur.execute("ROLLBACK")
                 raise
             self.committed_epoch = epoch
+            try:
+                self._mark_epoch(epoch)
+            except OSError:  # the epoch is committed; the marker merely lags
+                log.warning("could not record epoch %d in %s", epoch, EPOCH_FILE_NAME)
 
     def checkpoint(self) -> None:
         """Fold DuckDB's write-ahead log into the database file."""
@@ -233,5 +443,9 @@ class StateStore:
             self._cursors.clear()
         with contextlib.suppress(duckdb.Error):
             self._root.close()
+        if self._epoch_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._epoch_fd)
+            self._epoch_fd = None
         if self._lock is not None:
             self._lock.release()

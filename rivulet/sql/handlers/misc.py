@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, Error, sql_error
+from rivulet.meta.recovery import FailureCause
 from rivulet.sql.dialect import ExplainStatement
 from rivulet.sql.handlers.query import bind_select
 from rivulet.sql.handlers.show import rows_result
@@ -35,7 +36,8 @@ async def handle_recover(
     """Rebuild every job from the last committed checkpoint, as after a failure."""
     barrier = session.ctx.barrier
     error = sql_error("57P01", "the stream jobs were rebuilt by RECOVER")
-    barrier.recover(error)
+    # Asked for: recorded as RECOVER in rw_recovery_events, and never delayed by backoff.
+    barrier.recover(error, FailureCause("RECOVER", manual=True))
     # While a checkpoint is being committed the recovery is deferred until that commit
     # ends, and then fails the epochs after it: this flush's own epoch among them. Flush
     # again then; only other statements' epochs are meant to get this error.

@@ -19,6 +19,11 @@ _RELATION = """id:integer, name:varchar, schema_id:integer, owner:integer, defin
     acl:varchar[], initialized_at:timestamp with time zone,
     created_at:timestamp with time zone"""
 
+_RECOVERY_EVENT_COLUMNS = (
+    "id started_at reason actor_id fragment_id job_id job_name recovered_epoch attempt"
+    " backoff_ms duration_ms"
+).split()
+
 
 def _relation_select(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {
@@ -260,5 +265,17 @@ def streaming_views() -> list[SystemView]:
                 "backfill_type": "p.backfill_type",
             },
             "meta.ddl_progress p JOIN meta.objects o ON o.id = p.ddl_id",
+        ),
+        # Every rebuild of the dataflow from the last checkpoint (an actor or a checkpoint
+        # failed, a reschedule timed out, RECOVER), the newest 1000. duration_ms: from the
+        # failure until the rebuilt dataflow committed a checkpoint (NULL until then).
+        view(
+            "rw_catalog",
+            "rw_recovery_events",
+            "id:bigint, started_at:timestamp with time zone, reason:varchar,"
+            " actor_id:integer, fragment_id:integer, job_id:integer, job_name:varchar,"
+            " recovered_epoch:bigint, attempt:integer, backoff_ms:bigint, duration_ms:bigint",
+            {c: f"r.{c}" for c in _RECOVERY_EVENT_COLUMNS},
+            "meta.recovery_events r",
         ),
     ]
