@@ -481,9 +481,9 @@ class DdlController:
                 " AND NOT list_contains(f.flags, 'STREAM_SCAN') GROUP BY f.fragment_id)",
                 [job_id],
             )
-            .fetchone()
+            .fetchall()  # never leave this thread's cursor with an unfinished result
         )
-        return int(row[0]) if row and row[0] is not None else 0
+        return int(row[0][0]) if row and row[0][0] is not None else 0
 
     async def wait_created(
         self,

@@ -128,9 +128,11 @@ class RecoveryLog:
     def __init__(self, store: StateStore) -> None:
         """``store`` holds ``meta.recovery_events`` already (the catalog creates it)."""
         self.store = store
-        row = store.cursor().execute(f"SELECT max(id) FROM {META_SCHEMA}.recovery_events")
-        last = row.fetchone()
-        self._next_id = int(last[0]) + 1 if last and last[0] is not None else 1
+        # fetchall: a result left unfinished would hold this thread's cursor in an old
+        # snapshot.
+        rows = store.cursor().execute(f"SELECT max(id) FROM {META_SCHEMA}.recovery_events")
+        last = rows.fetchall()[0][0]
+        self._next_id = int(last) + 1 if last is not None else 1
         self.events: deque[RecoveryEvent] = deque(maxlen=KEEP_EVENTS)
         # Restarted events whose duration is not saved yet.
         self._unsaved: list[RecoveryEvent] = []

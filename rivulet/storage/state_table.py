@@ -212,11 +212,15 @@ class StateTable:
             name = f"__lookup_{next(_registration_names)}"
             cursor.register(name, remaining)
             try:
-                match = ", ".join(map(quote_ident, self.schema.match_names))
+                # NULL key parts match NULL, as in the flush (an MV over an outer join).
+                match = " AND ".join(
+                    f"s.{quote_ident(k)} IS NOT DISTINCT FROM r.{quote_ident(k)}"
+                    for k in self.schema.match_names
+                )
                 found.append(
                     cursor.sql(
                         f"SELECT s.* FROM {self.schema.physical_name} s "
-                        f"SEMI JOIN {name} USING ({match})"
+                        f"SEMI JOIN {name} r ON {match}"
                     ).to_arrow_table()
                 )
             finally:
