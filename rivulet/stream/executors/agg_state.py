@@ -707,20 +707,23 @@ class ValueAcc(_SeriesAcc):
         self.pending = []
         if deltas.height == 0:
             return None, False
-        merged = (
-            self.frame.lazy()
-            .join(deltas.lazy(), on=["slot", "v"], how="full", coalesce=True)
-            .select(
-                "slot",
-                "v",
-                "d",
-                pl.col("n").fill_null(0).alias("old"),
-                (pl.col("n").fill_null(0) + pl.col("d").fill_null(0)).alias("new"),
-            )
-            .collect()
-        )
-        self.frame = merged.filter(pl.col("new") > 0).select("slot", "v", pl.col("new").alias("n"))
-        changes = merged.filter(pl.col("d").is_not_null()).drop("d")
+        # Only the pairs the epoch touched are looked up and rewritten: the frame can hold
+        # millions of values (a backfill), and rebuilding it every epoch made a long
+        # backfill quadratic.
+        hit = self.frame.join(deltas, on=["slot", "v"], how="inner")
+        fresh = deltas.join(hit.select("slot", "v"), on=["slot", "v"], how="anti")
+        changes = pl.concat(
+            [
+                hit.select("slot", "v", pl.col("n").alias("old"), (pl.col("n") + pl.col("d")).alias("new")),
+                fresh.select("slot", "v", pl.lit(0, pl.Int64).alias("old"), pl.col("d").alias("new")),
+            ]
+        )  # fmt: skip
+        if hit.height:
+            self.frame = self.frame.join(hit.select("slot", "v"), on=["slot", "v"], how="anti")
+        kept = changes.filter(pl.col("new") > 0).select("slot", "v", pl.col("new").alias("n"))
+        self.frame = pl.concat([self.frame, kept], rechunk=False)
+        if self.frame.n_chunks() > 32:
+            self.frame = self.frame.rechunk()
         if self.base in ("min", "max"):
             self._update_extreme(changes)
         elif self.base == "count":
