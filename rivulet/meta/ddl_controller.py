@@ -284,6 +284,8 @@ class DdlController:
                         target_parallelism=None, reconcile_note=None,
                     )  # fmt: skip
                 table = replace(table, parallelism=table.target_parallelism)
+            if applied is not None:
+                self._note_pin(table, pinned.get(table.id), applied)
             policy = str(pinned[table.id]) if table.id in pinned else table.running_policy
             if table.kind == "table":
                 root = table_plan(table)
@@ -307,6 +309,19 @@ class DdlController:
             self.runtime.add_job(running)
             jobs.append(running)
         return jobs
+
+    def _note_pin(self, table: TableCatalog, count: int | None, applied: CatalogChange) -> None:
+        """A job kept at ``count`` actors by a creating backfill that cannot move, while
+        its policy asks for another count, shows why (``blocked by job <id>``) until that
+        backfill completes; a note whose pin is gone (and no target waits) goes."""
+        note = None
+        if count is not None and table.target_parallelism is None:
+            if count != self.cluster.parallelism(table.running_policy):
+                note = _blocked_note(table, self._blockers(table))
+        elif table.target_parallelism is not None:
+            return  # the deferred target's note stands
+        if note != table.reconcile_note:
+            self.catalog.update_job(table, applied, reconcile_note=note)
 
     def _backfill_finished(self, table: TableCatalog) -> bool:
         """Whether a rebuilt job's scans only forward changes (``none``): a created job's
@@ -461,6 +476,12 @@ class DdlController:
                         pinned[jid] = count
         return pinned
 
+    def _drifted(self, job_id: int, policy: str) -> bool:
+        """Whether a running job has another actor count than ``policy`` asks for (it was
+        pinned by a creating backfill that cannot move)."""
+        live = self._live_count(job_id) if job_id in self.runtime.jobs else 0
+        return live != 0 and live != self.cluster.parallelism(policy)
+
     def _live_count(self, job_id: int) -> int:
         """Actors per (non-mirrored) hash fragment of a job as it runs or, before it runs
         (a restart), as stored."""
@@ -575,16 +596,26 @@ class DdlController:
                     reconcile_note=None,
                 )
                 moves = True
-            # Jobs whose deferred targets this backfill blocked.
+            # Pinned while it backfilled (workers came or went, or a restart found it
+            # pinned after its policy changed): it now runs at its policy.
+            if self._drifted(job_id, str(fields.get("parallelism", table.parallelism))):
+                fields["reconcile_note"] = None
+                moves = True
+            # Jobs whose deferred targets this backfill blocked, and jobs it kept at their
+            # actor count meanwhile.
             for dep_id in table.dependencies:
                 dep = self.catalog.tables.get(dep_id)
-                if dep is None or dep.target_parallelism is None:
+                if dep is None or [b for b in self._blockers(dep) if b.id != job_id]:
                     continue
-                if not [b for b in self._blockers(dep) if b.id != job_id]:
+                if dep.target_parallelism is not None:
                     self.catalog.update_job(
                         dep, change, parallelism=dep.target_parallelism,
                         target_parallelism=None, reconcile_note=None,
                     )  # fmt: skip
+                    moves = True
+                elif self._drifted(dep_id, dep.parallelism):
+                    if dep.reconcile_note is not None:
+                        self.catalog.update_job(dep, change, reconcile_note=None)
                     moves = True
             if not moves:
                 self.catalog.update_job(table, change, status="created", **fields)

@@ -114,3 +114,45 @@ def test_automatic_control_can_be_turned_off() -> None:
     con.execute("INSERT INTO t VALUES (1, 1, 1)")
     assert_oracle(con)
     con.close()
+
+
+def test_jobs_pinned_by_a_no_shuffle_backfill_are_reconciled_when_it_completes() -> None:
+    """A worker joins while a no_shuffle backfill (which cannot move) is creating: the
+    backfilling MV and the table it reads keep their actors meanwhile (and say so), and are
+    reconciled to their (adaptive) policy when the backfill completes."""
+    con = rivulet.connect(workers=1, slots=1)
+    try:
+        con.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
+        con.execute("INSERT INTO t SELECT i, i % 7, i FROM generate_series(1, 20000) AS g(i)")
+        con.execute("SET background_ddl = true")
+        con.execute(
+            "CREATE MATERIALIZED VIEW m WITH (backfill_type = 'no_shuffle',"
+            f" backfill_rate_limit = 5000) AS {QUERY}"
+        )
+        con.add_worker(slots=1)
+
+        def live() -> dict[str, int]:
+            rows = con.execute(
+                "SELECT j.name, max(f.parallelism) FROM rw_fragments f JOIN rw_streaming_jobs j"
+                " ON f.table_id = j.id WHERE f.scan_type IS NULL GROUP BY j.name"
+            ).fetchall()
+            return dict(rows)
+
+        job = con.execute("SELECT id FROM rw_streaming_jobs WHERE name = 'm'").fetchone()[0]
+        assert con.execute(
+            "SELECT name, status, parallelism, reconcile_status FROM rw_streaming_jobs ORDER BY id"
+        ).fetchall() == [
+            ("t", "CREATED", "adaptive", f"blocked by job {job}"),
+            ("m", "CREATING", "adaptive", "pending"),
+        ]
+        assert live() == {"t": 1, "m": 1}  # pinned
+        con.execute("WAIT")
+        con.execute("FLUSH")
+        assert con.execute(
+            "SELECT name, parallelism, reconcile_status FROM rw_streaming_jobs ORDER BY id"
+        ).fetchall() == [("t", "adaptive", "in_sync"), ("m", "adaptive", "in_sync")]
+        assert live() == {"t": 2, "m": 2}
+        con.execute("INSERT INTO t VALUES (0, 1, 1)")
+        assert_oracle(con)
+    finally:
+        con.close()
