@@ -62,8 +62,7 @@ async def _alter_parallelism(session: Session, text: str) -> StatementResult:
             hint="Write ALTER MATERIALIZED VIEW name SET PARALLELISM = n | ADAPTIVE |"
             " 'bounded(n)' | 'ratio(r)' | DEFAULT [DEFERRED].",
         )
-    kind = " ".join(match["kind"].upper().split())
-    wanted = {"MATERIALIZED VIEW": "materialized view", "TABLE": "table"}.get(kind)
+    kind, wanted = _kind(match)
     if wanted is None:
         raise sql_error(
             FEATURE_NOT_SUPPORTED, f"ALTER {kind} ... SET PARALLELISM is not supported yet"
@@ -75,8 +74,7 @@ async def _alter_parallelism(session: Session, text: str) -> StatementResult:
         policy = None if raw.lower() == "default" else normalize_policy(raw)
         await session.ctx.ddl.alter_backfill_parallelism(table, policy, deferred=deferred)
         return command(f"ALTER {kind}")
-    policy = "adaptive" if raw.lower() == "default" else normalize_policy(raw)
-    await session.ctx.ddl.alter_parallelism(table, policy, deferred=deferred)
+    await session.ctx.ddl.alter_parallelism(table, _target_policy(raw), deferred=deferred)
     return command(f"ALTER {kind}")
 
 
@@ -90,14 +88,23 @@ def explain_alter(session: Session, text: str) -> list[str]:
             hint="EXPLAIN ALTER {MATERIALIZED VIEW|TABLE} name SET PARALLELISM = ... shows"
             " the planned layout.",
         )
-    kind = " ".join(match["kind"].upper().split())
-    wanted = {"MATERIALIZED VIEW": "materialized view", "TABLE": "table"}.get(kind)
+    kind, wanted = _kind(match)
     if wanted is None:
         raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN ALTER {kind} is not supported")
     table = _job(session, match["name"], wanted)
-    raw = match["value"].strip("'")
-    policy = "adaptive" if raw.lower() == "default" else normalize_policy(raw)
-    return session.ctx.ddl.explain_reschedule(table, policy)
+    return session.ctx.ddl.explain_reschedule(table, _target_policy(match["value"].strip("'")))
+
+
+def _kind(match: re.Match[str]) -> tuple[str, str | None]:
+    """The ALTER's object kind as written (``MATERIALIZED VIEW``) and the catalog kind it
+    names, None for kinds that cannot be rescheduled yet."""
+    kind = " ".join(match["kind"].upper().split())
+    return kind, {"MATERIALIZED VIEW": "materialized view", "TABLE": "table"}.get(kind)
+
+
+def _target_policy(raw: str) -> str:
+    """A SET PARALLELISM value as a policy; DEFAULT is adaptive."""
+    return "adaptive" if raw.lower() == "default" else normalize_policy(raw)
 
 
 _ALTER_RATE_LIMIT = re.compile(
