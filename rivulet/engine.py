@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -76,7 +77,10 @@ class Engine:
     ) -> None:
         self.path = path
         self.options = options = options or EngineOptions()
+        opened = time.monotonic()
         self.store = StateStore(path, options.store)
+        # A store that committed before: starting is a recovery from its last checkpoint.
+        self._restart_since = opened if self.store.committed_epoch > 0 else None
         try:
             self.catalog = Catalog(self.store)
             self.system = SystemCatalog()
@@ -138,7 +142,10 @@ class Engine:
         if self.started:
             return
         self.started = True
+        if self._restart_since is not None:
+            self.barrier.record_restart(self._restart_since)
         self.barrier.start()
+        self.ddl.restore_progress()
         # Deferred parallelism targets are applied by this rebuild and recorded at once.
         change = CatalogChange()
         jobs = self.ddl.start_existing(change, self.ddl.pinned_counts())

@@ -417,6 +417,20 @@ class BarrierManager:
         else:
             self._restart(start, event)
 
+    def record_restart(self, since: float) -> None:
+        """The process started on a store with committed epochs (it stopped or was
+        killed): its jobs are rebuilt from the last checkpoint like after any failure,
+        and this is listed with the recoveries (reason ``restart``), its duration from
+        ``since`` (the store opening, ``time.monotonic()``) to the first checkpoint."""
+        cause = FailureCause("restart", manual=True)
+        event = self.recovery_log.record(cause, self._committed, 1, 0.0, started_mono=since)
+        log.info(
+            "recovery %d: restart; rebuilding every job from the checkpoint of epoch %d",
+            event.id,
+            self._committed,
+        )
+        self.recovery_log.restarted(event)
+
     def _restart(self, start: Callable[[], None] | None, event: RecoveryEvent) -> None:
         """The backoff is over: the rebuilt actors start, and barriers flow again."""
         self._restart_handle = None

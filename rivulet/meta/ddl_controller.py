@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -601,22 +602,8 @@ class DdlController:
             if self._drifted(job_id, str(fields.get("parallelism", table.parallelism))):
                 fields["reconcile_note"] = None
                 moves = True
-            # Jobs whose deferred targets this backfill blocked, and jobs it kept at their
-            # actor count meanwhile.
-            for dep_id in table.dependencies:
-                dep = self.catalog.tables.get(dep_id)
-                if dep is None or [b for b in self._blockers(dep) if b.id != job_id]:
-                    continue
-                if dep.target_parallelism is not None:
-                    self.catalog.update_job(
-                        dep, change, parallelism=dep.target_parallelism,
-                        target_parallelism=None, reconcile_note=None,
-                    )  # fmt: skip
-                    moves = True
-                elif self._drifted(dep_id, dep.parallelism):
-                    if dep.reconcile_note is not None:
-                        self.catalog.update_job(dep, change, reconcile_note=None)
-                    moves = True
+            if self._release_held(table, change):
+                moves = True
             if not moves:
                 self.catalog.update_job(table, change, status="created", **fields)
                 await self.barrier.checkpoint(change)
@@ -633,6 +620,28 @@ class DdlController:
                 await self.rebuild_dataflow(change, finalize=mark_created)
             finally:
                 self._finishing.discard(job_id)
+
+    def _release_held(self, blocker: TableCatalog, change: CatalogChange) -> bool:
+        """``blocker``'s backfill no longer holds anything (it completed, or was dropped
+        or cancelled): the jobs it read get their deferred targets, and those it kept at
+        their actor count go back to their policy, unless another creating backfill still
+        holds them. Returns whether any job must be rebuilt."""
+        moves = False
+        for dep_id in blocker.dependencies:
+            dep = self.catalog.tables.get(dep_id)
+            if dep is None or [b for b in self._blockers(dep) if b.id != blocker.id]:
+                continue
+            if dep.target_parallelism is not None:
+                self.catalog.update_job(
+                    dep, change, parallelism=dep.target_parallelism,
+                    target_parallelism=None, reconcile_note=None,
+                )  # fmt: skip
+                moves = True
+            elif self._drifted(dep_id, dep.parallelism):
+                if dep.reconcile_note is not None:
+                    self.catalog.update_job(dep, change, reconcile_note=None)
+                moves = True
+        return moves
 
     def progress_writer(self) -> Callable[[duckdb.DuckDBPyConnection], None] | None:
         """rw_ddl_progress's rows, written with each epoch while jobs are creating (and
@@ -672,6 +681,19 @@ class DdlController:
         consumed, total, _ = self.backfill.progress(job_id)
         pct = 100.0 * consumed / total if total else 0.0
         return f"{pct:.2f}% ({consumed}/{total})"
+
+    def restore_progress(self) -> None:
+        """At start: each creating job's progress as the last checkpoint wrote it (its
+        ``progress_text``), until its rebuilt scans report."""
+        rows = (
+            self.catalog.store.cursor()
+            .execute(f"SELECT ddl_id, progress FROM {META_SCHEMA}.ddl_progress")
+            .fetchall()
+        )
+        for job_id, text in rows:
+            counts = _PROGRESS_COUNTS.search(text)
+            if counts is not None:
+                self.backfill.restore(job_id, int(counts[1]), int(counts[2]))
 
     async def add_worker(self, slots: int) -> int:
         """A new worker; jobs whose policy depends on the slots are rescheduled to use it
@@ -791,6 +813,17 @@ class DdlController:
                         with contextlib.suppress(Exception):
                             await asyncio.wait_for(asyncio.shield(actor.task), 5)
             self.runtime.forget_job(victim.id)
+        # A creating backfill that could not move held the jobs it read: they go to their
+        # policy (and deferred targets apply) now, not at some later rebuild.
+        released = CatalogChange()
+        moves = False
+        for victim in victims:
+            if victim.creating and victim.backfill_type in UNMOVABLE_SCANS:
+                moves |= self._release_held(victim, released)
+        if moves:
+            await self.rebuild_dataflow(released)
+        elif released.statements:
+            await self.barrier.checkpoint(released)
 
     def _with_dependents(self, table: TableCatalog) -> list[TableCatalog]:
         """``table`` and everything that reads it, directly or not, dependents first."""
@@ -817,6 +850,9 @@ def _mirrors_upstream(fragment: object) -> bool:
         for n in fragment.leaves()  # type: ignore[attr-defined]
     )
 
+
+# The counts in a ``progress_text``: ``41.20% (82400/200000)``.
+_PROGRESS_COUNTS = re.compile(r"\((\d+)/(\d+)\)")
 
 # Scan types whose creating backfill cannot be rescheduled online (RisingWave's rule for
 # no_shuffle; Rivulet's snapshot scan resumes like arrangement, so it may move).

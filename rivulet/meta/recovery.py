@@ -2,7 +2,7 @@
 next one waits.
 
 A recovery rebuilds every job from the last committed checkpoint (an actor failed, a
-checkpoint failed, a reschedule timed out, or a user ran RECOVER). Each is recorded as a
+checkpoint failed, a reschedule timed out, a user ran RECOVER, or the process restarted). Each is recorded as a
 ``RecoveryEvent``: kept in memory (the last ``KEEP_EVENTS``), written to
 ``meta.recovery_events`` at once (a failure that repeats before any epoch commits must
 still be visible), and completed with its duration at the first checkpoint the rebuilt
@@ -138,10 +138,16 @@ class RecoveryLog:
         self._unsaved: list[RecoveryEvent] = []
 
     def record(
-        self, cause: FailureCause, recovered_epoch: int, attempt: int, backoff_s: float
+        self,
+        cause: FailureCause,
+        recovered_epoch: int,
+        attempt: int,
+        backoff_s: float,
+        started_mono: float | None = None,
     ) -> RecoveryEvent:
-        """A recovery begins: remember it and write it at once. The caller makes sure no
-        checkpoint is being committed (recoveries wait for a running commit)."""
+        """A recovery begins (or began at ``started_mono``): remember it and write it at
+        once. The caller makes sure no checkpoint is being committed (recoveries wait for
+        a running commit)."""
         event = RecoveryEvent(
             id=self._next_id,
             started_at=dt.datetime.now(dt.UTC),
@@ -149,7 +155,7 @@ class RecoveryLog:
             recovered_epoch=recovered_epoch,
             attempt=attempt,
             backoff_ms=round(backoff_s * 1000),
-            started_mono=time.monotonic(),
+            started_mono=time.monotonic() if started_mono is None else started_mono,
         )
         self._next_id += 1
         self.events.append(event)

@@ -224,10 +224,12 @@ class StateStore:
             return 0
 
     def _mark_epoch(self, epoch: int) -> None:
-        # Fixed width, so that each write replaces the whole content. No fsync: written
-        # after DuckDB's commit synced its WAL, it can never say more than the store has.
+        # Fixed width, so that each write replaces the whole content. Written after
+        # DuckDB's commit synced its WAL, it never says more than the store has; synced
+        # too, so that after an OS crash it does not lag and hide a WAL that lost epochs.
         if self._epoch_fd is not None:
             os.pwrite(self._epoch_fd, f"{epoch:020d}\n".encode(), 0)
+            os.fdatasync(self._epoch_fd)
 
     def _check(self, db_path: str, options: StoreOptions, marked: int = 0) -> None:
         """Look at an existing store read-only before opening it for writing, so that a

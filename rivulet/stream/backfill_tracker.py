@@ -55,6 +55,13 @@ class BackfillProgress:
         job = self._jobs.setdefault(job_id, _JobProgress())
         job.actors = frozenset(actor_ids)
 
+    def restore(self, job_id: int, consumed: int, total: int) -> None:
+        """At start: the progress a job's backfill had at the last checkpoint stands
+        until its rebuilt actors report (so SHOW JOBS does not go back to 0)."""
+        job = self._jobs.setdefault(job_id, _JobProgress())
+        if job.last is None:
+            job.last = (consumed, total, False)
+
     # ---------------------------------------------------------------- control
     def set_rate_limit(self, job_id: int, rows_per_second: int | None) -> None:
         """Rows per second per actor (None: unlimited, 0: paused); applies live."""

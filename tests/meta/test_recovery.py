@@ -313,9 +313,38 @@ def test_recovery_events_survive_a_restart(tmp_path: Path, monkeypatch: pytest.M
     assert [r[1] for r in before] == ["RECOVER", "RECOVER", "RuntimeError: injected fault"]
     con = rivulet.connect(path)
     try:
-        assert events(con) == before
+        con.execute("FLUSH")
+        after = events(con)
+        assert after[:3] == before
+        assert [r[:2] for r in after[3:]] == [(4, "restart")]
         con.execute("RECOVER")
-        assert [r[0] for r in events(con)] == [1, 2, 3, 4]
+        assert [r[0] for r in events(con)] == [1, 2, 3, 4, 5]
+        assert_oracle(con)
+    finally:
+        con.close()
+
+
+def test_a_restart_is_recorded_as_a_recovery(tmp_path: Path) -> None:
+    """Starting on a store that committed before rebuilds its jobs from the last
+    checkpoint: listed with the recoveries, reason ``restart``, with its duration once the
+    first checkpoint after it is committed. A new store records nothing."""
+    path = tmp_path / "db"
+    con = rivulet.connect(path)
+    setup(con)
+    assert events(con) == []
+    con.close()
+    con = rivulet.connect(path)
+    try:
+        con.execute("INSERT INTO t VALUES (3000, 1, 1)")
+        rows = con.execute(
+            "SELECT reason, actor_id, job_id, attempt, backoff_ms, recovered_epoch,"
+            " duration_ms FROM rw_recovery_events"
+        ).fetchall()
+        assert len(rows) == 1, rows
+        reason, actor, job, attempt, backoff, recovered, duration = rows[0]
+        assert (reason, actor, job, attempt, backoff) == ("restart", None, None, 1, 0)
+        assert duration is not None and 0 <= duration < 30_000
+        assert recovered >= 1
         assert_oracle(con)
     finally:
         con.close()

@@ -156,3 +156,51 @@ def test_jobs_pinned_by_a_no_shuffle_backfill_are_reconciled_when_it_completes()
         assert_oracle(con)
     finally:
         con.close()
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["pinned", "deferred"])
+@pytest.mark.parametrize("end", ["drop", "cancel"])
+def test_jobs_held_by_a_no_shuffle_backfill_are_released_when_it_is_dropped(
+    end: str, deferred: bool
+) -> None:
+    """The no_shuffle backfill that held a table at its actor count (a worker joined),
+    or blocked a deferred target on it, is dropped or cancelled instead of completing:
+    at once, the table goes to its policy, or its deferred target applies."""
+    con = rivulet.connect(workers=1, slots=1)
+    try:
+        con.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
+        con.execute("CREATE MATERIALIZED VIEW other AS SELECT k, count(*) AS n FROM t GROUP BY k")
+        con.execute("INSERT INTO t SELECT i, i % 7, i FROM generate_series(1, 20000) AS g(i)")
+        con.execute("SET background_ddl = true")
+        con.execute(
+            "CREATE MATERIALIZED VIEW m WITH (backfill_type = 'no_shuffle',"
+            f" backfill_rate_limit = 100) AS {QUERY}"
+        )
+        con.add_worker(slots=1)
+        job = con.execute("SELECT id FROM rw_streaming_jobs WHERE name = 'm'").fetchone()[0]
+        if deferred:
+            con.execute("ALTER TABLE t SET PARALLELISM = 1 DEFERRED")
+        assert con.execute(
+            "SELECT name, parallelism, reconcile_status FROM rw_streaming_jobs WHERE name = 't'"
+        ).fetchall() == [("t", "adaptive", f"blocked by job {job}")]
+        if end == "drop":
+            con.execute("DROP MATERIALIZED VIEW m")
+        else:
+            con.execute(f"CANCEL JOBS {job}")
+
+        def jobs() -> list[tuple[str, str, str, int]]:
+            return con.execute(
+                "SELECT j.name, j.parallelism, j.reconcile_status, max(f.parallelism)"
+                " FROM rw_fragments f JOIN rw_streaming_jobs j ON f.table_id = j.id"
+                " WHERE f.scan_type IS NULL GROUP BY ALL ORDER BY j.name"
+            ).fetchall()
+
+        # `other` was never held (its backfill is over); it spread when the worker came.
+        t_now = ("t", "1", "in_sync", 1) if deferred else ("t", "adaptive", "in_sync", 2)
+        assert jobs() == [("other", "adaptive", "in_sync", 2), t_now]
+        con.execute("INSERT INTO t VALUES (0, 1, 1)")
+        assert sorted(con.execute("SELECT * FROM other").fetchall()) == sorted(
+            con.execute("SELECT k, count(*) FROM t GROUP BY k").fetchall()
+        )
+    finally:
+        con.close()

@@ -267,8 +267,9 @@ def streaming_views() -> list[SystemView]:
             "meta.ddl_progress p JOIN meta.objects o ON o.id = p.ddl_id",
         ),
         # Every rebuild of the dataflow from the last checkpoint (an actor or a checkpoint
-        # failed, a reschedule timed out, RECOVER), the newest 1000. duration_ms: from the
-        # failure until the rebuilt dataflow committed a checkpoint (NULL until then).
+        # failed, a reschedule timed out, RECOVER, a restart), the newest 1000.
+        # duration_ms: from the failure (or the store opening) until the rebuilt dataflow
+        # committed a checkpoint (NULL until then).
         view(
             "rw_catalog",
             "rw_recovery_events",
