@@ -5,7 +5,8 @@ UPDATE, DELETE, COPY FROM STDIN, FLUSH) to ``kv`` (a table with a primary key) a
 (an append-only table without one), every row with a unique id; the other runs DDL
 (CREATE MATERIALIZED VIEW with a random scan type, foreground or with ``background_ddl``
 and a backfill rate limit, DROP, ALTER ... SET PARALLELISM online and DEFERRED, SET
-BACKFILL_PARALLELISM, RECOVER). A timer thread sends SIGKILL at a random instant, or a few
+BACKFILL_PARALLELISM, RECOVER) and adds and removes workers over the admin endpoint (their
+actors move online). A timer thread sends SIGKILL at a random instant, or a few
 milliseconds after a chosen kind of statement went out. The server is restarted on the same
 data directory and the harness checks:
 
@@ -14,7 +15,9 @@ data directory and the harness checks:
   that returned an error changed nothing;
 * every creating job finishes (WAIT, then SHOW JOBS and CREATING jobs empty);
 * deferred parallelism targets are applied by the restart (at once, or when the creating
-  backfill that blocked them completes), and every job runs as many actors as it asks;
+  backfill that blocked them completes), the workers are those acknowledged (or those of
+  the add or removal in flight), and every job runs as many actors as its policy asks of
+  their slots;
 * every MV equals its query evaluated by DuckDB over the rows read back, and the same query
   run as a batch SELECT by the server.
 
@@ -29,12 +32,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+import json
 import os
 import random
 import re
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,10 +51,14 @@ import duckdb
 import psycopg
 import pyarrow as pa
 import pytest
-from conftest import ServerProcess, start_server
+from conftest import ServerProcess, free_port, start_server
 
 SLOTS = 2  # one worker with two slots: ADAPTIVE means 2 actors
 SERVER_ARGS = ("--workers", "1", "--slots", str(SLOTS))
+# The crash runs start with two workers of one slot each, so that one can be removed at
+# any time; workers are added (one slot each) while the slots in all stay within MAX_SLOTS.
+RUN_ARGS = ("--workers", "2", "--slots", "1")
+MAX_SLOTS = 4
 GROUPS = 10
 
 # MV definitions over kv(id, grp, val) and log(id, tag, n); all deterministic.
@@ -80,7 +90,19 @@ POLICIES = {
     "'bounded(1)'": "bounded(1)",
     "'ratio(0.5)'": "ratio(0.5)",
 }
-ACTORS = {"1": 1, "2": 2, "adaptive": SLOTS, "bounded(1)": 1, "ratio(0.5)": 1}
+
+
+def actors_for(policy: str, slots: int) -> int:
+    """Actors per hash fragment that a policy asks of ``slots`` slots in all."""
+    if policy == "adaptive":
+        return slots
+    if policy.startswith("bounded("):
+        return min(slots, int(policy[8:-1]))
+    if policy.startswith("ratio("):
+        return max(int(slots * float(policy[6:-1])), 1)
+    return int(policy)
+
+
 MAX_MVS = 5
 NOT_MOVABLE = "because its creating backfill contains a scan type that does not support"
 BLOCKED = "because it is blocked by creating unreschedulable backfill jobs"
@@ -105,6 +127,7 @@ class State:
     log_stmt: dict[int, int] = field(default_factory=dict)
     mvs: dict[str, MvSpec] = field(default_factory=dict)
     wanted: dict[str, str] = field(default_factory=lambda: {"kv": "adaptive", "log": "adaptive"})
+    workers: dict[int, int] = field(default_factory=lambda: {1: 1, 2: 1})  # id -> slots
 
 
 @dataclass
@@ -385,6 +408,10 @@ class DdlWorker(Worker):
             if spec is not None and spec.cut is not None:
                 spec.cut = (spec.cut[0], self.run_.log_started + 1)
             return
+        if op.kind in ("add_worker", "remove_worker"):
+            method, path, body = json.loads(op.sql)
+            self.run_.admin(method, path, body)
+            return
         super().execute(conn, op)
 
     def next_op(self) -> Op | None:
@@ -394,6 +421,8 @@ class DdlWorker(Worker):
             time.sleep(rng.uniform(0.05, 0.3))
         with run.lock:
             mvs = dict(run.state.mvs)
+        if run.watching_workers and rng.random() < 0.5:
+            return self._worker_op(remove=run._watch == "remove_worker")  # a kill waits for one
         roll = rng.random()
         if roll < 0.30 and len(mvs) < MAX_MVS:
             name = f"mv{run.new_id()}"
@@ -444,7 +473,30 @@ class DdlWorker(Worker):
             return Op("alter", f"ALTER MATERIALIZED VIEW {name} SET BACKFILL_PARALLELISM = {value}")
         if roll < 0.96:
             return Op("recover", "RECOVER")
+        if roll < 0.985:
+            return self._worker_op()
         return Op("flush", "FLUSH")
+
+    def _worker_op(self, remove: bool = False) -> Op:
+        """Add a worker with one slot, or remove one (never the last): its actors move to
+        the others online. Sent over the admin endpoint; ``sql`` holds the request."""
+        with self.run_.lock:
+            workers = dict(self.run_.state.workers)
+        full = sum(workers.values()) >= MAX_SLOTS
+        if len(workers) > 1 and (remove or full or self.rng.random() < 0.5):
+            victim = self.rng.choice(sorted(workers))
+
+            def remove(s: State) -> None:
+                s.workers.pop(victim, None)
+
+            request = ["DELETE", f"/workers/{victim}", None]
+            return Op("remove_worker", json.dumps(request), remove)
+        new_id = max(workers) + 1  # ids are never reused: the largest ever plus one
+
+        def add(s: State) -> None:
+            s.workers[new_id] = 1
+
+        return Op("add_worker", json.dumps(["POST", "/workers", {"slots": 1}]), add)
 
     def on_error(self, op: Op, exc: psycopg.Error) -> None:
         text = str(exc)
@@ -479,6 +531,8 @@ class CrashRun:
         self.refused = 0
         self.statements = 0
         self.mid_statement_kills: Counter[str] = Counter()
+        self.worker_changes = 0
+        self.admin_port = 0
         self._watch: str | None = None
         self._watch_hit = threading.Event()
         self.server = self._start()
@@ -503,9 +557,40 @@ class CrashRun:
 
     def _start(self) -> ServerProcess:
         self.restarts += 1
+        self.admin_port = free_port()
+        # The workers are given once; a restart finds them (and any added or removed
+        # since) in the data directory.
+        args = RUN_ARGS if self.restarts == 1 else ()
         return start_server(
-            self.tmp_path / f"run{self.restarts}", data_dir=self.data_dir, args=SERVER_ARGS
+            self.tmp_path / f"run{self.restarts}",
+            data_dir=self.data_dir,
+            args=(*args, "--admin-port", str(self.admin_port)),
         )
+
+    @property
+    def watching_workers(self) -> bool:
+        """The kill waits for a worker to be added or removed."""
+        return self._watch in ("add_worker", "remove_worker")
+
+    def admin(self, method: str, path: str, body: object = None) -> object:
+        """A request to the admin endpoint. A server that went away raises
+        ``psycopg.OperationalError`` (as a statement would); an error answer fails."""
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.admin_port}{path}",
+            data=json.dumps(body).encode() if body is not None else None,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                answer = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise Failure(f"{method} {path} failed: {exc.code} {exc.read()!r}") from None
+        except (OSError, json.JSONDecodeError) as exc:
+            raise psycopg.OperationalError(f"admin endpoint gone: {exc}") from None
+        if method != "GET":
+            self.worker_changes += 1
+        return answer
 
     def fail(self, message: str) -> None:
         tail = self.server.output()[-4000:]
@@ -525,8 +610,9 @@ class CrashRun:
             )
             _put_kv([(i, i % GROUPS, (i * 13) % 1000) for i in range(lo, lo + 2000)])(self.state)
 
-    def round(self) -> None:
-        """Run the workload, kill the server, restart it and check everything."""
+    def round(self, watch: str | None = None) -> None:
+        """Run the workload, kill the server, restart it and check everything. ``watch``:
+        kill just after a statement of that kind went out (else chosen at random)."""
         self.stop.clear()
         self.killed.clear()
         self._watch_hit.clear()
@@ -538,15 +624,20 @@ class CrashRun:
         monitor = ProgressMonitor(self)
         monitor.start()
         mode = self.rng.random()
-        if mode < 0.5:
+        if watch is None and mode < 0.5:
             self._watch = None
             delay = self.rng.uniform(0.2, 2.5)
         else:
             # Mid-statement: a few milliseconds after a statement of this kind went out.
-            self._watch = self.rng.choice(
+            self._watch = watch or self.rng.choice(
                 ["copy", "insert", "update", "delete", "create", "alter", "drop", "recover"]
+                + ["remove_worker", "add_worker"]
             )
             delay = self.rng.uniform(0.0, 0.06)
+            if self.watching_workers:
+                # Anywhere in the move: stopping the actors, the commit of the new layout,
+                # the rebuilt actors' first epochs.
+                delay = self.rng.uniform(0.0, 0.4)
         for w in workers:
             w.start()
         if self._watch is None:
@@ -591,6 +682,7 @@ class CrashRun:
         with self.server.connect() as c:
             self._check_resumed(c, progress or {})
             self._check_rows(c, [p for p in pending if p.kind not in ("create", "drop", "alter")])
+            self._check_workers(c, [p for p in pending if p.kind.endswith("_worker")])
             self._check_catalog(c, [p for p in pending if p.kind in ("create", "drop", "alter")])
 
     # ------------------------------------------------------------ checks
@@ -599,7 +691,7 @@ class CrashRun:
         progress the restarted server reports is not far below what was seen before the
         kill (at most the epochs read but not committed, a few seconds' worth)."""
         for name, (consumed, rate) in before.items():
-            slack = 3 * rate * SLOTS + 100
+            slack = 3 * rate * sum(self.state.workers.values()) + 100
             if consumed <= slack:
                 continue
             deadline = time.monotonic() + 15
@@ -647,6 +739,20 @@ class CrashRun:
             f" kv keys differing {len(kv_diff)}: "
             + ", ".join(f"{k}: want {want.kv.get(k)} got {kv.get(k)}" for k in kv_diff[:10])
         )
+
+    def _check_workers(self, c: psycopg.Connection, pending: list[Op]) -> None:
+        """The workers are those acknowledged, or those of the change in flight."""
+        got = dict(c.execute("SELECT id, parallelism FROM rw_worker_nodes").fetchall())
+        for op in pending:
+            alt = copy.deepcopy(self.state)
+            op.apply(alt)
+            if alt.workers == got:
+                self.state.workers = alt.workers
+        if got != self.state.workers:
+            self.fail(
+                f"workers {got}, expected {self.state.workers}"
+                f" (in flight: {[p.sql for p in pending]})"
+            )
 
     def _jobs(self, c: psycopg.Connection) -> dict[str, tuple[str, str, str, str]]:
         rows = c.execute(
@@ -705,7 +811,7 @@ class CrashRun:
         ).fetchall()
         actors = {fid: n for _, fid, _, n, _ in fragments}
         for name, fid, scan, n, upstream in fragments:
-            want_n = {ACTORS[state.wanted[name]]}
+            want_n = {actors_for(state.wanted[name], sum(state.workers.values()))}
             if scan in ("no_shuffle", "snapshot", "upstream_only"):
                 want_n |= {actors.get(u) for u in upstream}
             if n not in want_n:
@@ -846,7 +952,8 @@ def crash_run(tmp_path: Path, seed: int, rounds: int) -> CrashRun:
         f"seed {seed}: {run.kills} kills ({run.kills_in_recovery} while recovering),"
         f" {run.statements} statements acknowledged, mid-statement kills"
         f" {dict(run.mid_statement_kills)}, {run.refused} ALTERs refused,"
-        f" {run.rejected} writes failed by RECOVER, {run.resumed} backfills resumed"
+        f" {run.rejected} writes failed by RECOVER, {run.resumed} backfills resumed,"
+        f" {run.worker_changes} workers added or removed"
     )
     return run
 
@@ -866,6 +973,22 @@ def test_kill_at_random_instants_loses_and_doubles_nothing(tmp_path: Path, seed:
 @pytest.mark.parametrize("seed", [101, 202, 303, 404, 505])
 def test_kill_at_random_instants_long(tmp_path: Path, seed: int) -> None:
     crash_run(tmp_path, seed, 30)
+
+
+def test_kill_during_worker_removal(tmp_path: Path) -> None:
+    """Every round kills the server while a worker is being removed (its actors moving to
+    the others under writes, MVs creating): on restart the worker is gone or still there,
+    as a whole, and everything else holds."""
+    run = CrashRun(tmp_path, 71)
+    try:
+        run.setup()
+        for _ in range(4):
+            run.round(watch="remove_worker")
+        run.verify([])
+    finally:
+        run.close()
+    assert run.mid_statement_kills["remove_worker"] >= 3, run.mid_statement_kills
+    print(f"{run.kills} kills, {dict(run.mid_statement_kills)}, {run.worker_changes} changes")
 
 
 # ------------------------------------------------------------------ source ingestion
