@@ -9,6 +9,7 @@ different actors becomes Delete + Insert, as each actor must see whole pairs.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,24 +19,48 @@ from rivulet.common.chunk import Op, StreamChunk
 from rivulet.common.vnode import VNODE_COUNT, compute_vnodes
 from rivulet.stream.message import Barrier, Message
 
-# Chunks an exchange buffers before the sender waits (backpressure).
-CHANNEL_CAPACITY = 16
+# Rows an exchange buffers before the sender waits (backpressure): about two source
+# chunks. Bounded by rows, not chunks, so that a barrier queued behind the buffer is never
+# more than that much work away from the actor, whatever the chunks' sizes.
+CHANNEL_ROWS = 131_072
 
 
 class Channel:
-    """A bounded FIFO of messages from one upstream actor to one downstream actor."""
+    """A FIFO of messages from one upstream actor to one downstream actor, bounded by the
+    rows it holds. A chunk waits while the rows queued ahead of it and its own would
+    exceed the capacity, unless none are queued (a larger chunk still goes, alone).
+    Barriers never wait: they carry no rows, and an actor aligning its inputs needs them."""
 
-    def __init__(self, capacity: int = CHANNEL_CAPACITY) -> None:
-        self._queue: asyncio.Queue[Message] = asyncio.Queue(capacity)
+    def __init__(self, capacity_rows: int = CHANNEL_ROWS) -> None:
+        self.capacity_rows = capacity_rows
+        self._items: deque[Message] = deque()
+        self._rows = 0
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
 
     async def send(self, msg: Message) -> None:
-        await self._queue.put(msg)
+        if isinstance(msg, StreamChunk):
+            rows = msg.num_rows
+            while self._rows and self._rows + rows > self.capacity_rows:
+                self._writable.clear()
+                await self._writable.wait()
+            self._rows += rows
+        self._items.append(msg)
+        self._readable.set()
 
     async def recv(self) -> Message:
-        return await self._queue.get()
+        # Cancelled while waiting, it has taken nothing: no message is lost.
+        while not self._items:
+            self._readable.clear()
+            await self._readable.wait()
+        msg = self._items.popleft()
+        if isinstance(msg, StreamChunk):
+            self._rows -= msg.num_rows
+            self._writable.set()
+        return msg
 
     def qsize(self) -> int:
-        return self._queue.qsize()
+        return len(self._items)
 
 
 @dataclass
