@@ -629,6 +629,9 @@ class ValueAcc(_SeriesAcc):
     table) and the result is recomputed for the groups they touched. string_agg's parts
     come in value order (DuckDB's order is unspecified)."""
 
+    # Pairs that are gone are forgotten once there are this many and more than are held.
+    COMPACT_MIN = 65_536
+
     def __init__(self, index: int, call: AggCall, input_schema: Schema) -> None:
         kind = call.kind
         self.base = kind.removesuffix("_distinct")
@@ -643,10 +646,61 @@ class ValueAcc(_SeriesAcc):
         self.delim = ","
         self.pending: list[pl.DataFrame] = []
         self.pending_rows = 0
-        self.frame = pl.DataFrame(
-            {"slot": pl.Series([], dtype=pl.Int64), "v": pl.Series([], dtype=self.v_dtype),
-             "n": pl.Series([], dtype=pl.Int64)}
-        )  # fmt: skip
+        # The multisets: each (slot, value) pair ever held has an id in ``pairs`` and its
+        # count in ``counts`` (0: gone). An epoch's deltas look their pairs up, so folding
+        # them in costs in proportion to the deltas, not to the values held.
+        self.v_arrow = pa.string() if self.base == "string_agg" else self.arg_type
+        self._new_pairs()
+
+    def _new_pairs(self) -> None:
+        self.pairs = GroupIndex([pa.int64(), self.v_arrow])
+        self.counts = _Column(np.dtype(np.int64))
+        self.dead = 0  # pairs whose count went to 0
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """Every (slot, v, n) with n > 0."""
+        return self._live(np.flatnonzero(self.counts.values > 0))
+
+    def _live(self, ids: np.ndarray) -> pl.DataFrame:
+        keys = self.pairs.keys[ids]
+        return pl.DataFrame(
+            [
+                keys["k0"].alias("slot"),
+                keys["k1"].alias("v"),
+                pl.Series("n", self.counts.values[ids]),
+            ]
+        )
+
+    def _add_pairs(self, keys: pl.DataFrame, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add ``deltas`` to the counts of distinct (k0 = slot, k1 = v) pairs, taking in
+        those not held. Returns their counts before and after (a count never stays below
+        0: a value deleted more often than it was there is gone)."""
+        ids, h, taken = self.pairs.lookup_hashes(keys)
+        known = ids >= 0
+        old = np.zeros(len(ids), dtype=np.int64)
+        old[known] = self.counts.values[ids[known]]
+        new = old + deltas
+        fresh = np.flatnonzero(~known & (new > 0))
+        if len(fresh):
+            ids[fresh] = self.pairs.add(keys[fresh], h[fresh], taken[fresh])
+            self.counts.append(np.zeros(len(fresh), dtype=np.int64))
+        kept = ids >= 0
+        self.counts.values[ids[kept]] = np.maximum(new[kept], 0)
+        self.dead += int(((old > 0) & (new <= 0)).sum()) - int(
+            ((old == 0) & (new > 0) & known).sum()
+        )
+        if self.dead > max(self.COMPACT_MIN, len(self.counts.values) - self.dead):
+            self._compact()
+        return old, new
+
+    def _compact(self) -> None:
+        """Forget the pairs that are gone (when they outnumber those held)."""
+        live = self.frame
+        self._new_pairs()
+        if live.height:
+            keys = live.select(pl.col("slot").alias("k0"), pl.col("v").alias("k1"))
+            self._add_pairs(keys, live["n"].to_numpy())
 
     def grow(self, capacity: int) -> None:
         before = len(self.values)
@@ -682,14 +736,13 @@ class ValueAcc(_SeriesAcc):
         if rows.num_rows == 0:
             return
         idx = rows.column("_i").to_numpy()
-        frame = pl.DataFrame(
+        keys = pl.DataFrame(
             [
-                pl.Series("slot", slots[idx].astype(np.int64)),
-                to_polars(rows.column("v"), "v").cast(self.v_dtype),
-                pl.Series("n", rows.column("_count").to_numpy()).cast(pl.Int64),
+                pl.Series("k0", slots[idx].astype(np.int64)),
+                to_polars(rows.column("v"), "k1").cast(self.v_dtype),
             ]
         )
-        self.frame = pl.concat([self.frame, frame])
+        self._add_pairs(keys, rows.column("_count").to_numpy().astype(np.int64))
 
     def flush(self) -> tuple[pl.DataFrame | None, bool]:
         """Fold the epoch's deltas in and update the touched groups' results. Returns the
@@ -707,23 +760,13 @@ class ValueAcc(_SeriesAcc):
         self.pending = []
         if deltas.height == 0:
             return None, False
-        # Only the pairs the epoch touched are looked up and rewritten: the frame can hold
-        # millions of values (a backfill), and rebuilding it every epoch made a long
-        # backfill quadratic.
-        hit = self.frame.join(deltas, on=["slot", "v"], how="inner")
-        fresh = deltas.join(hit.select("slot", "v"), on=["slot", "v"], how="anti")
-        changes = pl.concat(
-            [
-                hit.select("slot", "v", pl.col("n").alias("old"), (pl.col("n") + pl.col("d")).alias("new")),
-                fresh.select("slot", "v", pl.lit(0, pl.Int64).alias("old"), pl.col("d").alias("new")),
-            ]
-        )  # fmt: skip
-        if hit.height:
-            self.frame = self.frame.join(hit.select("slot", "v"), on=["slot", "v"], how="anti")
-        kept = changes.filter(pl.col("new") > 0).select("slot", "v", pl.col("new").alias("n"))
-        self.frame = pl.concat([self.frame, kept], rechunk=False)
-        if self.frame.n_chunks() > 32:
-            self.frame = self.frame.rechunk()
+        # Only the pairs the epoch touched are looked up and rewritten: the multisets can
+        # hold millions of values (a backfill, a join's output).
+        keys = deltas.select(pl.col("slot").alias("k0"), pl.col("v").alias("k1"))
+        old, new = self._add_pairs(keys, deltas["d"].to_numpy())
+        changes = deltas.select("slot", "v").with_columns(
+            pl.Series("old", old), pl.Series("new", new)
+        )
         if self.base in ("min", "max"):
             self._update_extreme(changes)
         elif self.base == "count":
@@ -774,7 +817,9 @@ class ValueAcc(_SeriesAcc):
 
     def _recompute(self, slots: pl.Series) -> None:
         """The results of ``slots`` from their whole multisets."""
-        sub = self.frame.filter(pl.col("slot").is_in(slots.implode()))
+        held = self.counts.values > 0
+        pair_slots = self.pairs.mirrors[0][0].values  # type: ignore[index]
+        sub = self._live(np.flatnonzero(held & np.isin(pair_slots, slots.to_numpy())))
         results = pl.DataFrame([slots.alias("slot")]).join(
             self._result(sub.lazy()).collect(), on="slot", how="left"
         )
@@ -870,36 +915,47 @@ class _SortedHashes:
         """For each hash: whether it is held, and its slot where it is."""
         hit = np.zeros(len(h), dtype=bool)
         slots = np.full(len(h), -1, dtype=np.int64)
+        if not len(self) or not len(h):
+            return hit, slots
+        order = np.argsort(h, kind="stable")  # probing in order is cache-friendly
+        hs = h[order]
         for hashes, hash_slots in self.runs:
             if not len(hashes):
                 continue
-            rest = np.flatnonzero(~hit)
-            if not len(rest):
-                break
-            hr = h[rest]
-            order = np.argsort(hr)  # probing in order is cache-friendly
-            pos = np.empty(len(hr), dtype=np.int64)
-            pos[order] = np.searchsorted(hashes, hr[order])
+            pos = np.searchsorted(hashes, hs)
             np.minimum(pos, len(hashes) - 1, out=pos)
-            found = hashes[pos] == hr
-            hit[rest[found]] = True
-            slots[rest[found]] = hash_slots[pos[found]]
+            found = np.flatnonzero(hashes[pos] == hs)
+            hit[order[found]] = True
+            slots[order[found]] = hash_slots[pos[found]]
         return hit, slots
 
     def insert(self, h: np.ndarray, slots: np.ndarray) -> None:
-        """Add hashes not held yet (distinct)."""
-        hashes, hash_slots = self.runs[1]
-        at = np.searchsorted(hashes, h)
-        self.runs[1] = (np.insert(hashes, at, h), np.insert(hash_slots, at, slots))
-        main = self.runs[0]
-        if len(self.runs[1][0]) >= max(self._MIN_MERGE, len(main[0]) // 8):
-            merged_h = np.concatenate([main[0], self.runs[1][0]])
-            merged_s = np.concatenate([main[1], self.runs[1][1]])
-            order = np.argsort(merged_h, kind="stable")
+        """Add hashes not held yet (distinct, sorted)."""
+        self.runs[1] = _merge_sorted(self.runs[1], (h, slots))
+        main, recent = self.runs
+        if len(recent[0]) >= max(self._MIN_MERGE, len(main[0]) // 8):
             self.runs = [
-                (merged_h[order], merged_s[order]),
+                _merge_sorted(main, recent),
                 (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)),
             ]
+
+
+def _merge_sorted(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two runs of sorted hashes with their slots, merged in one pass (no sort)."""
+    if not len(b[0]):
+        return a
+    at = np.searchsorted(a[0], b[0]) + np.arange(len(b[0]))  # b's places in the result
+    rest = np.ones(len(a[0]) + len(b[0]), dtype=bool)
+    rest[at] = False
+    out = []
+    for x, y in zip(a, b):
+        merged = np.empty(len(rest), dtype=x.dtype)
+        merged[rest] = x
+        merged[at] = y
+        out.append(merged)
+    return out[0], out[1]
 
 
 class _Column:
@@ -953,10 +1009,17 @@ class GroupIndex:
 
     def lookup(self, keys: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """Slots of ``keys`` (distinct group keys), -1 where unknown, and their hashes."""
+        slots, h, _ = self.lookup_hashes(keys)
+        return slots, h
+
+    def lookup_hashes(self, keys: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``lookup``, and whether each hash is taken (by the key or another): ``add``
+        need not look again."""
         n = keys.height
         arrays = self.key_arrays(keys)
         h = self.hash_fn(arrays)
         slots = np.full(n, -1, dtype=np.int64)
+        hit = np.zeros(n, dtype=bool)
         if len(self.hashes):
             hit, cand_all = self.hashes.find(h)
             rows = np.flatnonzero(hit)
@@ -966,7 +1029,7 @@ class GroupIndex:
             if not same.all():
                 for r in rows[~same]:
                     slots[r] = self.collided.get(self._tuple(keys, int(r)), -1)
-        return slots, h
+        return slots, h, hit
 
     def _same(
         self, arrays: list[pa.Array], keys: pl.DataFrame, rows: np.ndarray, slots: np.ndarray
@@ -993,8 +1056,9 @@ class GroupIndex:
     def _tuple(keys: pl.DataFrame, row: int) -> tuple[object, ...]:
         return tuple(keys.row(row))
 
-    def add(self, keys: pl.DataFrame, h: np.ndarray) -> np.ndarray:
-        """New slots for ``keys`` (unknown, distinct), in order."""
+    def add(self, keys: pl.DataFrame, h: np.ndarray, taken: np.ndarray | None = None) -> np.ndarray:
+        """New slots for ``keys`` (unknown, distinct), in order. ``taken``: whether each
+        hash is held already (``lookup_hashes``), else looked up here."""
         n = keys.height
         start = self.size
         new = np.arange(start, start + n, dtype=np.int64)
@@ -1015,9 +1079,10 @@ class GroupIndex:
         hs = h[order]
         first = np.ones(n, dtype=bool)
         first[1:] = hs[1:] != hs[:-1]
-        if len(self.hashes):
-            taken, _ = self.hashes.find(hs)
-            first &= ~taken
+        if taken is not None:
+            first &= ~taken[order]
+        elif len(self.hashes):
+            first &= ~self.hashes.find(hs)[0]
         for r in order[~first]:
             self.collided[self._tuple(keys, int(r))] = int(new[r])
         ins = order[first]
