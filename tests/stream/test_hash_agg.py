@@ -384,6 +384,34 @@ def test_value_multisets_follow_their_deltas(kind: str, monkeypatch: pytest.Monk
     assert compactions > 0  # values that were gone were forgotten on the way
 
 
+def test_a_long_epoch_of_distinct_values_is_summed_up_a_few_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An epoch's deltas are summed up as they grow; values that do not cancel are summed
+    again only once they doubled, not at every chunk (that made a large backfill epoch
+    quadratic). The result is the same."""
+    import pyarrow as pa
+
+    from rivulet.common.types import BIGINT
+    from rivulet.stream.executor import Field, Schema
+    from rivulet.stream.executors import agg_state
+    from rivulet.stream.executors.agg_state import ChunkContext, ValueAcc
+    from rivulet.stream.plan import AggCall
+
+    monkeypatch.setattr(agg_state, "_PENDING_ROWS", 100)
+    acc = ValueAcc(0, AggCall("max", (0,), BIGINT), Schema((Field("v", BIGINT),)))
+    acc.grow(4)
+    sums = 0
+    for i in range(60):
+        values = np.arange(i * 20, (i + 1) * 20, dtype=np.int64)
+        acc.collect(values % 4, ChunkContext(pa.table({"v": values}), None))
+        sums += len(acc.pending) == 1
+    assert sums <= 5  # at 100, 200, 400, 800 rows
+    changes, _ = acc.flush()
+    assert changes is not None and changes.height == 1200
+    assert [acc.values[g] for g in range(4)] == [1196, 1197, 1198, 1199]
+
+
 def pa_int32():  # type: ignore[no-untyped-def]
     import pyarrow as pa
 

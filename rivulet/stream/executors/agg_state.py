@@ -646,6 +646,7 @@ class ValueAcc(_SeriesAcc):
         self.delim = ","
         self.pending: list[pl.DataFrame] = []
         self.pending_rows = 0
+        self._sum_at = _PENDING_ROWS
         # The multisets: each (slot, value) pair ever held has an id in ``pairs`` and its
         # count in ``counts`` (0: gone). An epoch's deltas look their pairs up, so folding
         # them in costs in proportion to the deltas, not to the values held.
@@ -727,9 +728,12 @@ class ValueAcc(_SeriesAcc):
         v = to_polars(col, "v").cast(self.v_dtype)
         self.pending.append(pl.DataFrame([pl.Series("slot", slots), v, pl.Series("d", w)]))
         self.pending_rows += len(slots)
-        if self.pending_rows > _PENDING_ROWS:  # a long epoch: keep its deltas summed up
+        if self.pending_rows > self._sum_at:  # a long epoch: keep its deltas summed up
             self.pending = [pl.concat(self.pending).group_by(["slot", "v"]).agg(pl.col("d").sum())]
             self.pending_rows = self.pending[0].height
+            # Deltas that do not cancel stay as many: sum again only once they doubled
+            # (summing at every chunk made a long epoch quadratic).
+            self._sum_at = max(_PENDING_ROWS, 2 * self.pending_rows)
 
     def load_values(self, slots: np.ndarray, rows: pa.Table) -> None:
         """Add value-table rows (``_i``: index into ``slots``, ``v``, ``_count``)."""
@@ -751,6 +755,7 @@ class ValueAcc(_SeriesAcc):
         if not self.pending:
             return None, False
         self.pending_rows = 0
+        self._sum_at = _PENDING_ROWS
         deltas = (
             pl.concat(self.pending)
             .group_by(["slot", "v"])

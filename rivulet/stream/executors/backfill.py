@@ -365,8 +365,15 @@ class BackfillExecutor(Executor):
             async for chunk in self._read_state(budget, deadline):
                 yield chunk
         elif self.mode == "snapshot":
-            for chunk in self._emit_snapshot(budget):
-                yield chunk
+            # In slices, like reads: the epoch ends at the deadline (the barrier waits
+            # behind what is emitted, and downstream takes it at its own pace).
+            while budget > 0 and self.mode == "snapshot":
+                chunks = self._emit_snapshot(min(budget, ARRANGEMENT_QUERY_ROWS))
+                for chunk in chunks:
+                    budget -= chunk.num_rows
+                    yield chunk
+                if not chunks or time.monotonic() >= deadline:
+                    break
         if self.mode == "replay":
             async for chunk in self._replay(deadline):
                 yield chunk
