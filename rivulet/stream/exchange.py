@@ -37,6 +37,8 @@ class Channel:
         self._rows = 0
         self._readable = asyncio.Event()
         self._writable = asyncio.Event()
+        # Set too when a message arrives: a merge waiting on several channels at once.
+        self.listener: asyncio.Event | None = None
 
     async def send(self, msg: Message) -> None:
         if isinstance(msg, StreamChunk):
@@ -47,12 +49,20 @@ class Channel:
             self._rows += rows
         self._items.append(msg)
         self._readable.set()
+        if self.listener is not None:
+            self.listener.set()
 
     async def recv(self) -> Message:
         # Cancelled while waiting, it has taken nothing: no message is lost.
-        while not self._items:
+        while (msg := self.try_recv()) is None:
             self._readable.clear()
             await self._readable.wait()
+        return msg
+
+    def try_recv(self) -> Message | None:
+        """The next message, or None if there is none yet (never waits)."""
+        if not self._items:
+            return None
         msg = self._items.popleft()
         if isinstance(msg, StreamChunk):
             self._rows -= msg.num_rows

@@ -25,38 +25,39 @@ class MergeExecutor(Executor):
             channel = self.inputs[0]
             while True:
                 yield await channel.recv()
-        pending: dict[asyncio.Task[Message], int] = {}
+        # One event for all inputs, set by whichever receives a message: no task per
+        # message, and nothing left pending when the actor is dropped.
+        arrived = asyncio.Event()
+        for channel in self.inputs:
+            channel.listener = arrived
         blocked: dict[int, Barrier] = {}
-
-        def read(i: int) -> None:
-            pending[asyncio.ensure_future(self.inputs[i].recv())] = i
-
-        for i in range(len(self.inputs)):
-            read(i)
-        try:
-            while True:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                # Chunks first, in input order, so that output order is reproducible.
-                for task in sorted(done, key=lambda t: pending[t]):
-                    i = pending.pop(task)
-                    msg = task.result()
-                    if isinstance(msg, StreamChunk):
-                        yield msg
-                        read(i)
-                    else:
-                        blocked[i] = msg
-                if len(blocked) == len(self.inputs):
-                    barriers = list(blocked.values())
-                    epoch = barriers[0].epoch
-                    if any(b.epoch != epoch for b in barriers):
-                        raise RuntimeError(
-                            f"barrier misalignment in actor {self.ctx.actor_id}: "
-                            f"{sorted(b.epoch for b in barriers)}"
-                        )
-                    blocked.clear()
-                    for i in range(len(self.inputs)):
-                        read(i)
-                    yield barriers[0]
-        finally:
-            for task in pending:
-                task.cancel()
+        while True:
+            took = False
+            # One message per input in turn, in input order (reproducible output order).
+            for i, channel in enumerate(self.inputs):
+                if i in blocked:
+                    continue
+                msg = channel.try_recv()
+                if msg is None:
+                    continue
+                took = True
+                if isinstance(msg, StreamChunk):
+                    yield msg
+                else:
+                    blocked[i] = msg
+            if len(blocked) == len(self.inputs):
+                barriers = list(blocked.values())
+                epoch = barriers[0].epoch
+                if any(b.epoch != epoch for b in barriers):
+                    raise RuntimeError(
+                        f"barrier misalignment in actor {self.ctx.actor_id}: "
+                        f"{sorted(b.epoch for b in barriers)}"
+                    )
+                blocked.clear()
+                yield barriers[0]
+                continue
+            if not took:
+                # Nothing was yielded since the inputs were looked at, so nothing can have
+                # arrived unseen: clearing here loses no wakeup.
+                arrived.clear()
+                await arrived.wait()
