@@ -820,10 +820,8 @@ class DdlController:
         for victim in victims:
             if victim.creating and victim.backfill_type in UNMOVABLE_SCANS:
                 moves |= self._release_held(victim, released)
-        if moves:
+        if moves:  # (it changes the catalog only for jobs that move)
             await self.rebuild_dataflow(released)
-        elif released.statements:
-            await self.barrier.checkpoint(released)
 
     def _with_dependents(self, table: TableCatalog) -> list[TableCatalog]:
         """``table`` and everything that reads it, directly or not, dependents first."""

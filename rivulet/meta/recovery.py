@@ -2,11 +2,11 @@
 next one waits.
 
 A recovery rebuilds every job from the last committed checkpoint (an actor failed, a
-checkpoint failed, a reschedule timed out, a user ran RECOVER, or the process restarted). Each is recorded as a
-``RecoveryEvent``: kept in memory (the last ``KEEP_EVENTS``), written to
-``meta.recovery_events`` at once (a failure that repeats before any epoch commits must
-still be visible), and completed with its duration at the first checkpoint the rebuilt
-dataflow commits.
+checkpoint failed, a reschedule timed out, a user ran RECOVER, or the process
+restarted). Each is recorded as a ``RecoveryEvent``: kept in memory (the last
+``KEEP_EVENTS``), written to ``meta.recovery_events`` at once (a failure that repeats
+before any epoch commits must still be visible), and completed with its duration at the
+first checkpoint the rebuilt dataflow commits.
 
 Failures that repeat back off: the first one after a healthy period rebuilds at once,
 each further one waits twice as long as the one before (``initial_s`` doubling up to

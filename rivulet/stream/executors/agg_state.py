@@ -822,9 +822,8 @@ class ValueAcc(_SeriesAcc):
 
     def _recompute(self, slots: pl.Series) -> None:
         """The results of ``slots`` from their whole multisets."""
-        held = self.counts.values > 0
-        pair_slots = self.pairs.mirrors[0][0].values  # type: ignore[index]
-        sub = self._live(np.flatnonzero(held & np.isin(pair_slots, slots.to_numpy())))
+        wanted = self.pairs.keys["k0"].is_in(slots.implode()).to_numpy()
+        sub = self._live(np.flatnonzero(wanted & (self.counts.values > 0)))
         results = pl.DataFrame([slots.alias("slot")]).join(
             self._result(sub.lazy()).collect(), on="slot", how="left"
         )
