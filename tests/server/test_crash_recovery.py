@@ -821,11 +821,23 @@ class CrashRun:
                 )
         self._check_mvs(c)
 
-    def _wait_jobs(self, c: psycopg.Connection, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while c.execute("SHOW JOBS").fetchall():
-            if time.monotonic() > deadline:
-                self.fail(f"creating jobs never finished: {c.execute('SHOW JOBS').fetchall()}")
+    def _wait_jobs(self, c: psycopg.Connection, stall: float = 45.0) -> None:
+        """Every creating job finishes. A rate-limited backfill takes as long as its rows
+        take at its rate (300 rows/s per actor over a log grown by 30 kills: minutes), so
+        the wait is not a fixed time: it fails once no job has read a row or finished
+        for ``stall`` seconds (a job read to its end must be marked CREATED in that time
+        too)."""
+        seen: dict[str, int] = {}
+        moved = time.monotonic()
+        while jobs := show_jobs(c):
+            now = {name: consumed for name, _, consumed, _ in jobs}
+            if set(now) != set(seen) or any(now[n] > seen[n] for n in now):
+                seen, moved = now, time.monotonic()
+            elif time.monotonic() - moved > stall:
+                self.fail(
+                    f"creating jobs stopped progressing for {stall:g} s:"
+                    f" {c.execute('SHOW JOBS').fetchall()}"
+                )
             time.sleep(0.1)
         c.execute("WAIT")
         creating = c.execute(
