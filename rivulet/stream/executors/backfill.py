@@ -1,5 +1,5 @@
 """Backfill: a new job reads its upstream table's or MV's history while the upstream's
-changes keep arriving, and merges both without loss or duplication (SYSTEM.md section 3).
+changes keep arriving, and merges both without loss or duplication.
 
 The epoch argument (as in ``stream_scan.py``): after barrier ``e`` has passed this actor,
 the executor waits for ``e`` to commit and reads the upstream's state then: that is the
@@ -18,9 +18,11 @@ rebuilt with other vnodes (reschedule, recovery, restart) resumes from theirs.
   the query stays cheap).
 * ``no_shuffle``: one scan position per actor - reads its vnodes together in pk order;
   the position is stored in every vnode's row (state is keyed by vnode).
-* ``snapshot``: reads the upstream's state at the creation epoch once and emits it over
-  several epochs while the changes that arrive meanwhile go to a log (a state table),
-  replayed once the snapshot is emitted. A rebuilt snapshot scan (its snapshot is gone)
+* ``snapshot``: reads the upstream's state as of the creation epoch, over several epochs
+  and in bounded slices like ``arrangement``, through a DuckDB read transaction held open
+  on a cursor of its own (MVCC keeps that state for it while commits go on), while the
+  changes that arrive meanwhile go to a log (a state table), replayed once the snapshot
+  is read. A rebuilt snapshot scan (its transaction is gone)
   replays the logged changes of the keys it has emitted, drops the rest and goes on as
   ``arrangement`` from its progress: the log of what it emitted plus the state now is
   exactly what the downstream lacks.
@@ -32,6 +34,7 @@ actor, None unlimited, 0 paused), asked at every epoch so a change applies at on
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
@@ -258,8 +261,12 @@ class BackfillExecutor(Executor):
         # "backfill" (reading the current state), "snapshot" (emitting the fixed one),
         # "replay" (its log), "forward" (done).
         self.mode = "backfill"
-        self._snapshot: pa.Table | None = None
-        self._snapshot_offset = 0
+        # A snapshot scan's read transaction, open while it reads its snapshot; the lock
+        # is held while a query thread uses it, so that the actor's end (on the loop)
+        # closes it only when no read is in flight (else the read closes it).
+        self._snapshot: duckdb.DuckDBPyConnection | None = None
+        self._snapshot_lock = threading.Lock()
+        self._ended = False
         self._log_seq = 0
         self._replayed_seq = -1
         self._tokens = 0.0
@@ -267,6 +274,18 @@ class BackfillExecutor(Executor):
 
     # -------------------------------------------------------------- the loop
     async def execute(self) -> AsyncIterator[Message]:
+        try:
+            async for msg in self._run():
+                yield msg
+        finally:
+            self._ended = True
+            if self._snapshot_lock.acquire(blocking=False):
+                try:
+                    self._close_snapshot()
+                finally:
+                    self._snapshot_lock.release()
+
+    async def _run(self) -> AsyncIterator[Message]:
         if self.rebuilt:
             for chunk in await self._resume():
                 yield chunk
@@ -355,42 +374,41 @@ class BackfillExecutor(Executor):
         """What this epoch emits of the history (state at the barrier just committed)."""
         if first and not self.rebuilt:
             if self.scan_type == "snapshot":
-                self._snapshot = await self.ctx.run_blocking(self._read_snapshot)
-                self._total = self._snapshot.num_rows
+                await self.ctx.run_blocking(lambda _cur: self._open_snapshot())
                 self.mode = "snapshot"
             else:
                 await self.ctx.run_blocking(self._count)
         budget, deadline = self._budget()
-        if self.mode == "backfill":
+        if self.mode in ("backfill", "snapshot"):
             async for chunk in self._read_state(budget, deadline):
                 yield chunk
-        elif self.mode == "snapshot":
-            # In slices, like reads: the epoch ends at the deadline (the barrier waits
-            # behind what is emitted, and downstream takes it at its own pace).
-            while budget > 0 and self.mode == "snapshot":
-                chunks = self._emit_snapshot(min(budget, ARRANGEMENT_QUERY_ROWS))
-                for chunk in chunks:
-                    budget -= chunk.num_rows
-                    yield chunk
-                if not chunks or time.monotonic() >= deadline:
-                    break
         if self.mode == "replay":
             async for chunk in self._replay(deadline):
                 yield chunk
 
     async def _read_state(self, budget: int, deadline: float) -> AsyncIterator[StreamChunk]:
+        """Reads in slices until the budget or the epoch's deadline: the state now, or a
+        snapshot scan's fixed snapshot (then its log is replayed)."""
         limit = ARRANGEMENT_QUERY_ROWS if self.by_vnode else NO_SHUFFLE_QUERY_ROWS
         while budget > 0:
             n = min(budget, limit)
             queried = self._query_set(n)
-            table = await self.ctx.run_blocking(partial(self._read, n, queried))
+            if self._snapshot is not None:
+                read = partial(self._read_snapshot, n, queried)
+                table = await self.ctx.run_blocking(lambda _cur, read=read: read())
+            else:
+                table = await self.ctx.run_blocking(partial(self._read, n, queried))
             emitted = self._advance(table, n, queried)
             budget -= emitted.num_rows
             self._spend(emitted.num_rows)
             for chunk in self._chunks(emitted):
                 yield chunk
             if not (self.owned & ~self.progress.done).any():
-                self.mode = "forward"
+                if self.mode == "snapshot":
+                    self._close_snapshot()
+                    self.mode = "replay"
+                else:
+                    self.mode = "forward"
                 return
             if time.monotonic() >= deadline:
                 return
@@ -535,31 +553,42 @@ class BackfillExecutor(Executor):
             ),
         )
 
-    def _read_snapshot(self, cur: duckdb.DuckDBPyConnection) -> pa.Table:
-        """The whole state of the owned vnodes now (a snapshot scan's fixed snapshot)."""
-        cols = ", ".join([VNODE_COLUMN] + [quote_ident(c) for c in self._read_names])
-        order = ", ".join([VNODE_COLUMN] + [f"{quote_ident(c)} NULLS LAST" for c in self._pk_names])
-        return cur.sql(
-            f"SELECT {cols} FROM {self.upstream.physical_name}"
-            f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) ORDER BY {order}"
-        ).to_arrow_table()
-
     # ------------------------------------------------------------- snapshot
-    def _emit_snapshot(self, budget: int) -> list[StreamChunk]:
-        assert self._snapshot is not None
-        start = self._snapshot_offset
-        n = min(budget, self._snapshot.num_rows - start)
-        if n <= 0 and start < self._snapshot.num_rows:
-            return []
-        # The rows and one more (whether the cursor's vnode goes on), like a read.
-        emitted = self._advance(self._snapshot.slice(start, n + 1), n, self.owned.copy())
-        self._snapshot_offset += emitted.num_rows
-        self._spend(emitted.num_rows)
-        if self._snapshot_offset >= self._snapshot.num_rows:
-            self.progress.done |= self.owned
-            self._snapshot = None
-            self.mode = "replay"
-        return self._chunks(emitted)
+    def _open_snapshot(self) -> None:
+        """Begin the read transaction that holds the state at the barrier just
+        committed (blocking). DuckDB fixes a transaction's snapshot at its first
+        statement: the count, run before this actor passes the next barrier, so before
+        the next epoch can commit."""
+        with self._snapshot_lock:
+            cur = self.ctx.services.store.new_cursor()
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                self._count(cur)
+            except BaseException:
+                cur.close()
+                raise
+            self._snapshot = cur
+            if self._ended:
+                self._close_snapshot()
+
+    def _read_snapshot(self, n: int, vnodes: np.ndarray) -> pa.Table:
+        """``_read`` from the snapshot (blocking)."""
+        with self._snapshot_lock:
+            try:
+                assert self._snapshot is not None
+                return self._read(n, vnodes, self._snapshot)
+            finally:
+                if self._ended:
+                    self._close_snapshot()
+
+    def _close_snapshot(self) -> None:
+        cur, self._snapshot = self._snapshot, None
+        if cur is not None:
+            try:
+                cur.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            cur.close()
 
     def _append_log(self, chunk: StreamChunk, vnodes: np.ndarray) -> None:
         assert self.log_state is not None
