@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from rivulet.common.errors import Error
-from rivulet.meta.barrier_manager import BarrierManager, row_errors_writer
+from rivulet.meta.barrier_manager import BarrierManager, FailureDomain, row_errors_writer
 from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.ddl_controller import DdlController
@@ -109,6 +109,8 @@ class Engine:
             self.barrier.epoch_writers.append(self.barrier.recovery_log.writer)
             self.barrier.on_failure = self._rebuild_dataflow
             self.barrier.describe_actor = self._describe_actor
+            self.barrier.domain_of = self._failure_domain
+            self.barrier.on_domain_failure = self._rebuild_domain
             self.params.on_change.append(self._apply_system_param)
             self.ddl.replan = self._replan_materialized_view
             self.ddl.automatic_parallelism = lambda: (
@@ -187,6 +189,58 @@ class Engine:
         replace_graph(jobs, change)
         # Recovery runs when no commit is under way (the barrier manager defers it until
         # the running one ends): the rebuilt layout is written at once, outside any epoch.
+        self.store.run_setup(change.statements)
+        change.committed()
+
+        def start() -> None:
+            for job in jobs:
+                if self.runtime.jobs.get(job.graph.job_id) is job:
+                    self.runtime.start_job(job)
+
+        return start
+
+    def _failure_domain(self, actor_id: int) -> FailureDomain | None:
+        """The running jobs connected to the job of ``actor_id`` by reads (a table and
+        every MV over it, MVs over those...): what fails together. Jobs that share only a
+        source do not share actors, so they do not share a domain."""
+        failed = next((j for j in self.runtime.jobs.values() if actor_id in j.actors), None)
+        if failed is None:
+            return None
+        tables = self.catalog.tables
+        neighbours: dict[int, set[int]] = {}
+        for t in tables.values():
+            for dep in t.dependencies:
+                if dep in self.runtime.jobs and t.id in self.runtime.jobs:
+                    neighbours.setdefault(t.id, set()).add(dep)
+                    neighbours.setdefault(dep, set()).add(t.id)
+        domain = {failed.graph.job_id}
+        frontier = [failed.graph.job_id]
+        while frontier:
+            for other in neighbours.get(frontier.pop(), ()):
+                if other not in domain:
+                    domain.add(other)
+                    frontier.append(other)
+        actors: set[int] = set()
+        state_tables: set[int] = set()
+        for job_id in domain:
+            job = self.runtime.jobs[job_id]
+            actors.update(job.actors)
+            state_tables.add(job_id)
+            for f in job.graph.fragments:
+                state_tables.update(f.state_table_ids())
+            if job_id in tables:
+                state_tables.update(tables[job_id].internal_tables)
+        return FailureDomain(frozenset(domain), frozenset(actors), frozenset(state_tables))
+
+    def _rebuild_domain(self, domain: FailureDomain) -> Callable[[], None]:
+        """After a failure in ``domain``: drop its actors and rebuild its jobs from the
+        last committed checkpoint; the other jobs run on. Returns what starts them."""
+        pinned = self.ddl.pinned_counts()
+        self.runtime.abort_jobs(domain.jobs)
+        change = CatalogChange()
+        jobs = self.ddl.start_existing(change, pinned, only=domain.jobs)
+        replace_graph(jobs, change, only=True)
+        # No commit is under way (the barrier manager waits for a running one).
         self.store.run_setup(change.statements)
         change.committed()
 

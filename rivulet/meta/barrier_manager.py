@@ -7,10 +7,16 @@ and sealed its state. When every actor has collected epoch ``e``, the sealed wri
 and any catalog change attached to ``e`` are committed in one DuckDB transaction on the
 commit thread, epochs strictly in order. Actors go on with ``e + 1`` meanwhile.
 
-When something fails (an actor, a commit) every epoch not yet committed is lost and the
+When an actor fails, only its failure domain is recovered (``recover_domain``): the
+jobs connected to its job (the tables it reads, the MVs that read them), whose writes of
+the epochs not yet committed are dropped from those epochs while the other jobs' go on
+and commit; the domain's jobs are rebuilt from the last checkpoint and join at the next
+barrier. Statements that wrote to the domain in the lost epochs fail; writes elsewhere
+are not touched. When that cannot be done safely (a commit failed, a catalog change or a
+reschedule is in flight, RECOVER) every epoch not yet committed is lost and the whole
 dataflow is rebuilt from the last checkpoint (``recover``). Failures that repeat back off
-(``meta.recovery``): the rebuilt actors wait before they start, and meanwhile no barrier
-is injected, so statements wait for them instead of failing.
+(``meta.recovery``): the rebuilt actors wait before they start, and meanwhile their
+tables' writes wait (for a domain) or no barrier is injected (for everything).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from rivulet.meta.recovery import (
 from rivulet.storage.state_store import META_SCHEMA, StateStore
 from rivulet.storage.state_table import MemTable, StateTable, flush_sealed
 from rivulet.stream.executors.dml import Inbox
+from rivulet.stream.expression import error_kind
 from rivulet.stream.message import Barrier, Mutation
 from rivulet.stream.row_errors import RowErrorLog
 
@@ -48,12 +55,30 @@ log = logging.getLogger(__name__)
 _RELEASE_AFTER_ROWS = 100_000
 
 
+@dataclass(frozen=True)
+class FailureDomain:
+    """The jobs recovered together after one of them failed: everything connected to it
+    by reads. ``actors``/``state_tables``: what of the running dataflow belongs to them."""
+
+    jobs: frozenset[int]
+    actors: frozenset[int]
+    state_tables: frozenset[int]
+
+
+@dataclass
+class _Waiter:
+    future: asyncio.Future[int]
+    # The jobs whose writes the waiter needs (None: the epoch as a whole).
+    jobs: frozenset[int] | None = None
+
+
 @dataclass
 class _Epoch:
     epoch: int
     expected: set[int]
     sealed: list[tuple[StateTable, MemTable]] = field(default_factory=list)
     changes: list[CatalogChange] = field(default_factory=list)
+    mutation: Mutation | None = None
     collected: asyncio.Event = field(default_factory=asyncio.Event)
     committed: asyncio.Future[int] | None = None
 
@@ -76,7 +101,7 @@ class BarrierManager:
         self._inflight: dict[int, _Epoch] = {}
         self._last_injected = store.committed_epoch
         self._committed = store.committed_epoch
-        self._waiters: dict[int, list[asyncio.Future[int]]] = {}
+        self._waiters: dict[int, list[_Waiter]] = {}
         # The next epoch to commit (epochs lost to a failure are skipped, never reused).
         self._commit_next = store.committed_epoch + 1
         self._tasks: list[asyncio.Task[None]] = []
@@ -86,6 +111,15 @@ class BarrierManager:
         self.on_failure: Callable[[Error], Callable[[], None]] | None = None
         # Who an actor is, for the failure's log line and event (set by the engine).
         self.describe_actor: Callable[[int], ActorInfo | None] | None = None
+        # The failure domain of an actor (set by the engine; None: recover everything),
+        # and how to rebuild one: drops the domain's actors and builds its jobs again at
+        # once, returning what starts them.
+        self.domain_of: Callable[[int], FailureDomain | None] | None = None
+        self.on_domain_failure: Callable[[FailureDomain], Callable[[], None]] | None = None
+        # Domains whose rebuilt jobs wait for their backoff: writes to them wait too.
+        self._held_jobs: dict[int, asyncio.Event] = {}
+        self._domain_backoff: dict[frozenset[int], Backoff] = {}
+        self._domain_restarts: dict[frozenset[int], tuple[asyncio.TimerHandle, RecoveryEvent]] = {}
         self.recovery_log = RecoveryLog(store)
         self.backoff = Backoff()
         self.recoveries = 0
@@ -101,6 +135,7 @@ class BarrierManager:
         # checkpoint must not read state that the running commit is about to change.
         self._committing = False
         self._deferred_failure: tuple[Error, FailureCause] | None = None
+        self._deferred_domain: tuple[FailureDomain, FailureCause] | None = None
         # While the dataflow is being rebuilt (a reschedule), no barrier may be injected:
         # writes wait in the stopped actors' inboxes for the new actors.
         self._paused = False
@@ -125,6 +160,9 @@ class BarrierManager:
         if self._restart_handle is not None:
             self._restart_handle.cancel()
             self._restart_handle = None
+        for handle, _ in self._domain_restarts.values():
+            handle.cancel()
+        self._domain_restarts.clear()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -166,7 +204,7 @@ class BarrierManager:
         """Send a checkpoint barrier now; returns its epoch."""
         epoch = self._last_injected + 1
         self._last_injected = epoch
-        state = _Epoch(epoch, set(self._actors))
+        state = _Epoch(epoch, set(self._actors), mutation=mutation)
         state.committed = asyncio.get_running_loop().create_future()
         if change is not None:
             state.changes.append(change)
@@ -204,7 +242,10 @@ class BarrierManager:
     def actor_failed(self, actor_id: int, error: BaseException) -> None:
         if actor_id not in self._actors:
             return  # an actor of a dataflow already torn down
-        what = f"{type(error).__name__}: {error}"
+        # The log has the traceback; what is recorded and shown names no data value.
+        what = type(error).__name__
+        if isinstance(error, duckdb.Error):
+            what += f" ({error_kind(error)})"
         known = self.describe_actor(actor_id) if self.describe_actor is not None else None
         cause = FailureCause(
             what,
@@ -212,15 +253,12 @@ class BarrierManager:
             known.fragment_id if known else None,
             known.job_id if known else None,
             known.job_name if known else None,
+            detail=f"{type(error).__name__}: {error}",
         )
-        failure = sql_error(
-            INTERNAL_ERROR,
-            cause.describe(),
-            hint="The streaming jobs were recovered from the last checkpoint and the"
-            " statement's writes were not applied; run it again. rw_recovery_events lists"
-            " the recoveries.",
-        )
-        self.recover(failure, cause)
+        domain = self.domain_of(actor_id) if self.domain_of is not None else None
+        if domain is not None and self.recover_domain(domain, cause):
+            return
+        self.recover(job_failure_error(cause), cause)
 
     # --------------------------------------------------------------- commits
     def _wake_commit(self) -> None:
@@ -248,6 +286,10 @@ class BarrierManager:
                 )
             finally:
                 self._committing = False
+            if self._deferred_domain is not None:
+                (domain, cause), self._deferred_domain = self._deferred_domain, None
+                if self._deferred_failure is None and not self.recover_domain(domain, cause):
+                    self.recover(job_failure_error(cause), cause)
             if self._deferred_failure is not None:
                 (error, cause), self._deferred_failure = self._deferred_failure, None
                 self.recover(error, cause)
@@ -278,28 +320,38 @@ class BarrierManager:
         assert state.committed is not None
         state.committed.set_result(state.epoch)
         for epoch in [e for e in self._waiters if e <= state.epoch]:
-            for fut in self._waiters.pop(epoch):
-                if not fut.done():
-                    fut.set_result(state.epoch)
+            for waiter in self._waiters.pop(epoch):
+                if not waiter.future.done():
+                    waiter.future.set_result(state.epoch)
 
     # --------------------------------------------------------------- waiting
-    async def wait_committed(self, epoch: int) -> int:
-        """Return once epoch ``epoch`` is committed (raises if it was lost to a failure)."""
+    async def wait_committed(self, epoch: int, jobs: frozenset[int] | None = None) -> int:
+        """Return once epoch ``epoch`` is committed (raises if it was lost to a failure,
+        or, with ``jobs``, if a failure of those jobs' domain dropped their part of it)."""
         if epoch <= self._committed:
             return self._committed
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(epoch, []).append(fut)
+        self._waiters.setdefault(epoch, []).append(_Waiter(fut, jobs))
         return await fut
 
-    async def commit_writes(self, epoch: int) -> int:
-        """Make writes placed in ``epoch`` visible now: inject its barrier unless it is
-        on its way, then wait for its commit."""
+    async def commit_writes(self, epoch: int, jobs: frozenset[int] | None = None) -> int:
+        """Make writes placed in ``epoch`` (into ``jobs``, if given) visible now: inject
+        its barrier unless it is on its way, then wait for its commit."""
         if self._last_injected < epoch:
             if self._held:
                 self._inject_on_resume = True
             else:
                 self.inject()
-        return await self.wait_committed(epoch)
+        return await self.wait_committed(epoch, jobs)
+
+    async def wait_jobs_ready(self, jobs: frozenset[int]) -> None:
+        """Return once none of ``jobs`` waits for its domain's backoff (writes to a job
+        being rebuilt wait, so that they land in an epoch its actors take part in)."""
+        while True:
+            held = [self._held_jobs[j] for j in jobs if j in self._held_jobs]
+            if not held:
+                return
+            await held[0].wait()
 
     async def flush(self) -> int:
         """Return once every write made before the call is committed and visible."""
@@ -321,8 +373,9 @@ class BarrierManager:
 
     @property
     def recovering(self) -> bool:
-        """A recovery's rebuilt actors wait for their backoff to end."""
-        return self._recovering
+        """A recovery's rebuilt actors (of every job, or of a failure domain) wait for
+        their backoff to end."""
+        return self._recovering or bool(self._held_jobs)
 
     @property
     def _held(self) -> bool:
@@ -330,8 +383,11 @@ class BarrierManager:
 
     async def wait_recovered(self) -> None:
         """Return once no recovery is waiting to start its rebuilt actors."""
-        while self._recovering:
-            await self._resumed.wait()
+        while self._recovering or self._held_jobs:
+            if self._recovering:
+                await self._resumed.wait()
+            else:
+                await self.wait_jobs_ready(frozenset(self._held_jobs))
 
     def pause(self) -> None:
         """Inject no barrier until ``resume`` (the caller injects its own)."""
@@ -374,15 +430,15 @@ class BarrierManager:
             logging.INFO if cause.manual else logging.ERROR,
             "recovery %d: %s; rebuilding every job from the checkpoint of epoch %d%s",
             event.id,
-            cause.describe(),
+            cause.describe(detailed=True),
             self._committed,
             f" in {delay:g} s (failure {attempt} in a row)" if delay else "",
         )
         lost = [e for e in self._waiters if e > self._committed]
         for epoch in lost:
-            for fut in self._waiters.pop(epoch):
-                if not fut.done():
-                    fut.set_exception(error)
+            for waiter in self._waiters.pop(epoch):
+                if not waiter.future.done():
+                    waiter.future.set_exception(error)
         for state in self._inflight.values():
             if state.committed is not None and not state.committed.done():
                 state.committed.set_exception(error)
@@ -397,6 +453,13 @@ class BarrierManager:
             self._restart_handle = None
             if self._restart_event is not None:  # over when this recovery's is
                 self.recovery_log.restarted(self._restart_event)
+        # Domains waiting for their backoff are rebuilt with everything else (their
+        # recoveries are over when this one is).
+        for handle, superseded in self._domain_restarts.values():
+            handle.cancel()
+            self.recovery_log.restarted(superseded)
+        self._domain_restarts.clear()
+        self._release_jobs(set(self._held_jobs))
         self._recovering = True
         self._resumed.clear()
         self._inject_on_resume = False
@@ -416,6 +479,93 @@ class BarrierManager:
             )
         else:
             self._restart(start, event)
+
+    def recover_domain(self, domain: FailureDomain, cause: FailureCause) -> bool:
+        """Recover only ``domain`` (an actor of it failed): its part of every epoch not
+        yet committed is dropped, the statements that wrote to it there fail, and its jobs
+        are rebuilt from the last checkpoint while every other job goes on. False when
+        that cannot be done safely (the caller recovers everything instead)."""
+        if self._committing:
+            # The running commit holds an epoch every actor collected: it is whole.
+            if self._deferred_domain is None:
+                self._deferred_domain = (domain, cause)
+                return True
+            return False
+        if self._held or any(
+            state.changes or state.mutation is not None for state in self._inflight.values()
+        ):
+            return False  # a catalog change or reschedule in flight: recover everything
+        if self.on_domain_failure is None:
+            return False
+        error = job_failure_error(cause)
+        policy = self.backoff
+        backoff = self._domain_backoff.setdefault(
+            domain.jobs, Backoff(policy.initial_s, policy.max_s, policy.reset_after_s)
+        )
+        attempt, delay = backoff.next(time.monotonic())
+        event = self.recovery_log.record(cause, self._committed, attempt, delay, scope=domain.jobs)
+        log.error(
+            "recovery %d: %s; rebuilding job(s) %s from the checkpoint of epoch %d%s; the"
+            " other jobs go on",
+            event.id,
+            cause.describe(detailed=True),
+            ", ".join(map(str, sorted(domain.jobs))),
+            self._committed,
+            f" in {delay:g} s (failure {attempt} in a row)" if delay else "",
+        )
+        self.recoveries += 1
+        for epoch in [e for e in self._waiters if e > self._committed]:
+            keep = []
+            for waiter in self._waiters[epoch]:
+                if waiter.jobs is not None and waiter.jobs & domain.jobs:
+                    if not waiter.future.done():
+                        waiter.future.set_exception(error)
+                else:
+                    keep.append(waiter)
+            self._waiters[epoch] = keep
+        for state in self._inflight.values():
+            state.expected -= domain.actors
+            state.sealed = [
+                (table, mem)
+                for table, mem in state.sealed
+                if table.schema.table_id not in domain.state_tables
+            ]
+            if not state.expected:
+                state.collected.set()
+        self._actors -= domain.actors
+        for actor_id in domain.actors:
+            self._inboxes.pop(actor_id, None)
+        self._wake_commit()
+        for job_id in domain.jobs:
+            self._held_jobs.setdefault(job_id, asyncio.Event())
+        start: Callable[[], None] | None = None
+        try:
+            start = self.on_domain_failure(domain)
+        except Exception:
+            log.exception("recovery %d could not rebuild the failed job(s)", event.id)
+
+        def restart() -> None:
+            self._domain_restarts.pop(domain.jobs, None)
+            try:
+                if start is not None:
+                    start()
+            except Exception:
+                log.exception("recovery %d could not start the rebuilt actors", event.id)
+            self.recovery_log.restarted(event)
+            self._release_jobs(domain.jobs)
+
+        if delay > 0:
+            handle = asyncio.get_running_loop().call_later(delay, restart)
+            self._domain_restarts[domain.jobs] = (handle, event)
+        else:
+            restart()
+        return True
+
+    def _release_jobs(self, jobs: set[int] | frozenset[int]) -> None:
+        for job_id in jobs:
+            event = self._held_jobs.pop(job_id, None)
+            if event is not None:
+                event.set()
 
     def record_restart(self, since: float) -> None:
         """The process started on a store with committed epochs (it stopped or was
@@ -445,6 +595,19 @@ class BarrierManager:
         self._release()
 
 
+def job_failure_error(cause: FailureCause) -> Error:
+    """What a statement whose writes a job's failure lost is told: the job, never the
+    values or internal state that made it fail (those go to the log)."""
+    job = f'streaming job "{cause.job_name}"' if cause.job_name else "a streaming job"
+    return sql_error(
+        INTERNAL_ERROR,
+        f"{job} failed and was recovered from the last checkpoint; the statement's writes"
+        " were not applied",
+        hint="Run the statement again. rw_recovery_events lists the recoveries and the"
+        " server log has the cause.",
+    )
+
+
 def row_errors_writer(
     log: RowErrorLog,
 ) -> Callable[[], Callable[[duckdb.DuckDBPyConnection], None] | None]:
@@ -459,11 +622,11 @@ def row_errors_writer(
 
 
 def _save_row_errors(
-    counted: list[tuple[int, int, str, int]], cur: duckdb.DuckDBPyConnection
+    counted: list[tuple[int, int, str, str, str, int]], cur: duckdb.DuckDBPyConnection
 ) -> None:
     cur.executemany(
-        f"INSERT INTO {META_SCHEMA}.row_errors VALUES (?, ?, ?, ?, now()) "
-        "ON CONFLICT (job_id, fragment_id, operator) DO UPDATE SET "
+        f"INSERT INTO {META_SCHEMA}.stream_errors VALUES (?, ?, ?, ?, ?, ?, now()) "
+        "ON CONFLICT (job_id, fragment_id, operator, error_type, expression) DO UPDATE SET "
         "count = count + excluded.count, last_seen = excluded.last_seen",
         [list(row) for row in counted],
     )

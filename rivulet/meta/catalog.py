@@ -8,6 +8,7 @@ the in-memory update to apply only after that transaction committed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -15,9 +16,10 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from rivulet.common.chunk import ROW_ID_COLUMN
+from rivulet.common.chunk import OP_COLUMN, ROW_ID_COLUMN, VNODE_COLUMN
+from rivulet.common.errors import DUPLICATE_COLUMN, SYNTAX_ERROR, sql_error
 from rivulet.common.types import DataType, type_from_name
-from rivulet.meta.recovery import RECOVERY_EVENTS_DDL
+from rivulet.meta.recovery import RECOVERY_EVENTS_DDL, RECOVERY_EVENTS_MIGRATION
 from rivulet.storage.state_store import META_SCHEMA, StateStore
 from rivulet.storage.state_table import StateTableSchema
 
@@ -30,6 +32,41 @@ FIRST_OBJECT_ID = 1001
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "rw_catalog")
 # OIDs PostgreSQL gives these namespaces; clients sometimes hard-code them.
 SCHEMA_OIDS = {"pg_catalog": 11, "public": 2200, "information_schema": 12131, "rw_catalog": 12132}
+
+
+# Column names the system uses: Rivulet's in stored state, PostgreSQL's system columns.
+RESERVED_COLUMNS = frozenset(
+    {ROW_ID_COLUMN, VNODE_COLUMN, OP_COLUMN, "tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"}
+)
+
+
+def check_column_names(names: list[str], relation: str, hidden: tuple[str, ...] = ()) -> None:
+    """Refuse column names a relation cannot store: empty ones, reserved ones, and names
+    that differ only in case (the state store, like SQL's unquoted names, does not tell
+    them apart). ``relation`` names the object in the message; ``hidden``: the system's
+    own columns of it (checked for clashes only)."""
+    seen: dict[str, str] = {}
+    for position, name in enumerate([*names, *hidden]):
+        if name == "":
+            raise sql_error(SYNTAX_ERROR, "zero-length delimited identifier")
+        folded = name.lower()
+        if folded in RESERVED_COLUMNS and position < len(names):
+            raise sql_error(
+                DUPLICATE_COLUMN,
+                f'column name "{name}" is reserved',
+                hint=f'Rivulet uses "{folded}" itself; give the column of {relation} another name.',
+            )
+        if folded in seen:
+            other = seen[folded]
+            raise sql_error(
+                DUPLICATE_COLUMN,
+                f'column "{name}" specified more than once',
+                hint=None
+                if other == name
+                else f'"{other}" and "{name}" differ only in case, which Rivulet does not'
+                f" tell apart in stored state; rename one of them in {relation}.",
+            )
+        seen[folded] = name
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,10 +230,11 @@ _META_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.actors (
         actor_id INTEGER PRIMARY KEY, fragment_id INTEGER NOT NULL, worker_id INTEGER NOT NULL,
         vnode_count INTEGER NOT NULL, vnodes UTINYINT[] NOT NULL)""",
-    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.row_errors (
+    f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.stream_errors (
         job_id INTEGER NOT NULL, fragment_id INTEGER NOT NULL, operator VARCHAR NOT NULL,
-        count BIGINT NOT NULL, last_seen TIMESTAMPTZ NOT NULL,
-        PRIMARY KEY (job_id, fragment_id, operator))""",
+        error_type VARCHAR NOT NULL, expression VARCHAR NOT NULL, count BIGINT NOT NULL,
+        last_seen TIMESTAMPTZ NOT NULL,
+        PRIMARY KEY (job_id, fragment_id, operator, error_type, expression))""",
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.ddl_progress (
         ddl_id INTEGER PRIMARY KEY, ddl_statement VARCHAR NOT NULL,
         create_type VARCHAR NOT NULL, progress VARCHAR NOT NULL,
@@ -205,6 +243,7 @@ _META_DDL = [
         id INTEGER PRIMARY KEY, host VARCHAR NOT NULL, port INTEGER NOT NULL,
         slots INTEGER NOT NULL)""",
     RECOVERY_EVENTS_DDL,
+    RECOVERY_EVENTS_MIGRATION,
 ]
 
 
@@ -286,17 +325,29 @@ class Catalog:
 
     def allocate(self, counter: str, change: CatalogChange, first: int = 1, n: int = 1) -> int:
         """Reserve ``n`` consecutive ids of a counter; persisted with ``change``. Returns
-        the first. DDL runs one statement at a time, so ids a failed DDL reserved are
-        reused after ``discard_allocations``."""
+        the first. Ids only move forward: those a failed statement reserved are never
+        handed out again (a recovery may have built actors with later ones meanwhile),
+        and the stored counter never goes back (changes may commit out of order)."""
         start = self._counters.get(counter, first)
         self._counters[counter] = start + n
         change.statements.append(
             (
-                f"INSERT OR REPLACE INTO {META_SCHEMA}.counters VALUES (?, ?)",
+                f"INSERT INTO {META_SCHEMA}.counters VALUES (?, ?) ON CONFLICT (name)"
+                " DO UPDATE SET value = greatest(value, excluded.value)",
                 [counter, start + n],
             )
         )
         return start
+
+    @contextlib.contextmanager
+    def preview_allocations(self) -> Iterator[None]:
+        """Ids reserved inside are handed out again afterwards: for previews (EXPLAIN)
+        that build what a statement would, synchronously, and commit nothing."""
+        saved = dict(self._counters)
+        try:
+            yield
+        finally:
+            self._counters = saved
 
     def dependents(self, oid: int) -> list[TableCatalog]:
         """Relations that read ``oid`` directly."""
@@ -367,15 +418,6 @@ class Catalog:
     def _drop(self, oid: int) -> None:
         self.tables.pop(oid, None)
         self.version += 1
-
-    def discard_allocations(self) -> None:
-        """After a failed commit: forget ids reserved by it (reload the counters)."""
-        self._counters = {
-            name: int(value)
-            for name, value in self.store.cursor()
-            .execute(f"SELECT name, value FROM {META_SCHEMA}.counters")
-            .fetchall()
-        }
 
 
 def _stored_type(name: str, precision: int | None, scale: int | None, duck: str) -> DataType:

@@ -24,6 +24,7 @@ import numpy as np
 from rivulet.common.errors import (
     DEPENDENT_OBJECTS_STILL_EXIST,
     DUPLICATE_TABLE,
+    INVALID_TABLE_DEFINITION,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     QUERY_CANCELED,
     UNDEFINED_OBJECT,
@@ -35,7 +36,7 @@ from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
 from rivulet.meta.fragmenter import fragment_job
 from rivulet.meta.fragments import delete_graph, persist_graph, replace_graph
-from rivulet.storage.state_store import META_SCHEMA
+from rivulet.storage.state_store import META_SCHEMA, duckdb_text
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.connectors import offsets_state_schema
@@ -138,6 +139,14 @@ class DdlController:
         self.reschedule_timeout_s = 60.0
         # Jobs whose backfill is done and that are being rebuilt at their normal policy.
         self._finishing: set[int] = set()
+        # Each job's fragment ids, in plan order: stable for the job's life.
+        self.fragment_ids: dict[int, list[int]] = {}
+        for job_id, fragment_id in (
+            catalog.store.cursor()
+            .execute(f"SELECT job_id, fragment_id FROM {META_SCHEMA}.fragments ORDER BY 2")
+            .fetchall()
+        ):
+            self.fragment_ids.setdefault(int(job_id), []).append(int(fragment_id))
 
     # ---------------------------------------------------------------- create
     async def create_table(self, table: TableCatalog, *, if_not_exists: bool = False) -> bool:
@@ -164,11 +173,7 @@ class DdlController:
             change = CatalogChange()
             source = replace(source, id=self.catalog.allocate_id(change))
             self.catalog.add_table(source, change)
-            try:
-                await self.barrier.checkpoint(change)
-            except BaseException:
-                self.catalog.discard_allocations()
-                raise
+            await self.barrier.checkpoint(change)
             return True
 
     async def create_materialized_view(
@@ -213,7 +218,7 @@ class DdlController:
             # The MV's scans emit their snapshot in the epoch after the one that started
             # them: once that epoch is committed, the MV holds its history.
             try:
-                await self.barrier.commit_writes(epoch + 1)
+                await self.barrier.commit_writes(epoch + 1, frozenset({table.id}))
             except Exception:
                 # Its history never committed (an actor failed reading it; recovery rebuilt
                 # the job without a snapshot): a failed creation leaves no trace.
@@ -234,26 +239,32 @@ class DdlController:
 
     async def _create_job(self, table: TableCatalog, root: PlanNode, change: CatalogChange) -> int:
         parallelism = self.cluster.parallelism(table.running_policy)
+        job = fragment_job(
+            root, table.id, parallelism, self.catalog, self.cluster, self.runtime, change
+        )
+        table = replace(table, internal_tables=tuple(t.table_id for t in job.internal_tables))
+        change.setup.append((table.state_schema().create_sql(), []))
+        for internal in job.internal_tables:
+            change.setup.append((internal.create_sql(), []))
+        self.catalog.add_table(table, change)
+        persist_graph(job.graph, job.workers, change)
+        # The job's state tables are made in a transaction that is rolled back first: a
+        # definition the store refuses fails this statement, not the checkpoint it would
+        # share with every other job's writes.
         try:
-            job = fragment_job(
-                root, table.id, parallelism, self.catalog, self.cluster, self.runtime, change
-            )
-            table = replace(table, internal_tables=tuple(t.table_id for t in job.internal_tables))
-            change.setup.append((table.state_schema().create_sql(), []))
-            for internal in job.internal_tables:
-                change.setup.append((internal.create_sql(), []))
-            self.catalog.add_table(table, change)
-            persist_graph(job.graph, job.workers, change)
-            running, mutation = self.runtime.build_job(job.graph)
-        except BaseException:
-            self.catalog.discard_allocations()
-            raise
+            self.catalog.store.check_setup(change.setup)
+        except duckdb.Error as exc:
+            raise sql_error(
+                INVALID_TABLE_DEFINITION,
+                f'cannot create {table.kind} "{table.name}": {duckdb_text(exc)}',
+            ) from None
+        running, mutation = self.runtime.build_job(job.graph)
+        self.fragment_ids[table.id] = [f.fragment_id for f in job.graph.fragments]
         self.runtime.start_job(running)
         try:
             return await self.barrier.checkpoint(change, mutation=mutation)
         except BaseException:
             await self._abandon(running)
-            self.catalog.discard_allocations()
             raise
 
     async def _abandon(self, running: RunningJob) -> None:
@@ -262,19 +273,23 @@ class DdlController:
         self.runtime.forget_job(running.graph.job_id)
 
     def start_existing(
-        self, applied: CatalogChange | None = None, pinned: dict[int, int] | None = None
+        self,
+        applied: CatalogChange | None = None,
+        pinned: dict[int, int] | None = None,
+        only: frozenset[int] | None = None,
     ) -> list[RunningJob]:
         """At start, after a failure and for a reschedule: rebuild the job of every table
-        and MV in the catalog from its definition (the caller starts them). Their state is
-        what the last checkpoint committed; scans take no snapshot (the MVs hold their past
-        already). A job with a deferred parallelism target is built with it; ``applied``
-        gets the catalog change that records so (for the caller to commit). Jobs in
-        ``pinned`` keep that many actors (jobs tied to a creating backfill that cannot
-        move), and their targets wait."""
+        and MV in the catalog (``only``: of these) from its definition (the caller starts
+        them). Their state is what the last checkpoint committed; scans take no snapshot
+        (the MVs hold their past already). A job with a deferred parallelism target is
+        built with it; ``applied`` gets the catalog change that records so, and the ids
+        the rebuilt actors took (for the caller to commit). Jobs in ``pinned`` keep that
+        many actors (jobs tied to a creating backfill that cannot move), and their
+        targets wait. Fragments keep their ids."""
         pinned = pinned or {}
         jobs = []
         for table in self.catalog.all_tables():  # by id: upstream jobs before dependents
-            if not table.is_streaming_job:
+            if not table.is_streaming_job or (only is not None and table.id not in only):
                 continue
             if table.creating and table.backfill_rate_limit is not None:
                 self.backfill.set_rate_limit(table.id, table.backfill_rate_limit)
@@ -300,11 +315,13 @@ class DdlController:
                     root, table.backfill_type or "arrangement",
                     created=self._backfill_finished(table),
                 )  # fmt: skip
-            change = CatalogChange()  # ids of a rebuilt job's actors are not persisted
             job = fragment_job(
                 root, table.id, self.cluster.parallelism(policy), self.catalog,
-                self.cluster, self.runtime, change, reuse_internal=table.internal_tables,
+                self.cluster, self.runtime, applied if applied is not None else CatalogChange(),
+                reuse_internal=table.internal_tables,
+                fragment_ids=self.fragment_ids.get(table.id),
             )  # fmt: skip
+            self.fragment_ids[table.id] = [f.fragment_id for f in job.graph.fragments]
             running, _ = self.runtime.build_job(job.graph, attach_now=True)
             running.workers = job.workers
             self.runtime.add_job(running)
@@ -569,7 +586,7 @@ class DdlController:
                     epoch = self.backfill.done_epoch(table.id)
                     if epoch is None:
                         continue
-                    await self.barrier.wait_committed(epoch)
+                    await self.barrier.wait_committed(epoch, frozenset({table.id}))
                     await self._finish_backfill(table.id, epoch)
             except asyncio.CancelledError:
                 raise
@@ -584,7 +601,7 @@ class DdlController:
                 return  # cancelled, finished, or rebuilt by a recovery meanwhile
             # The current actors' "done" must be committed (raises if a failure lost it:
             # the watcher looks again once the rebuilt actors report).
-            await self.barrier.wait_committed(max(done, epoch))
+            await self.barrier.wait_committed(max(done, epoch), frozenset({table.id}))
             change = CatalogChange()
             fields: dict[str, object] = {}
             moves = table.backfill_parallelism is not None and self.cluster.parallelism(
@@ -803,6 +820,9 @@ class DdlController:
                                 (StateTableSchema(tid, (), (), ()).drop_sql(), [])
                             )
             change.statements.append((victim.state_schema().drop_sql(), []))
+            change.statements.append(
+                (f"DELETE FROM {META_SCHEMA}.stream_errors WHERE job_id = ?", [victim.id])
+            )
             self.catalog.remove_table(victim, change)
         await self.barrier.checkpoint(change, mutation=StopActors(frozenset(actors)))
         for victim in victims:
@@ -813,6 +833,7 @@ class DdlController:
                         with contextlib.suppress(Exception):
                             await asyncio.wait_for(asyncio.shield(actor.task), 5)
             self.runtime.forget_job(victim.id)
+            self.fragment_ids.pop(victim.id, None)
         # A creating backfill that could not move held the jobs it read: they go to their
         # policy (and deferred targets apply) now, not at some later rebuild.
         released = CatalogChange()

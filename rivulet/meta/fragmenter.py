@@ -56,9 +56,11 @@ def fragment_job(
     runtime: StreamRuntime,
     change: CatalogChange,
     reuse_internal: tuple[int, ...] | None = None,
+    fragment_ids: list[int] | None = None,
 ) -> FragmentedJob:
     """``reuse_internal``: ids of the internal state tables of a job being rebuilt (in
-    plan order), instead of allocating new ones."""
+    plan order), instead of allocating new ones; ``fragment_ids``: its fragments' ids (a
+    fragment keeps its id for the job's life: a rebuild changes only the actors)."""
     pieces: list[tuple[PlanNode, list[tuple[int, ExchangeKind, list[int]]]]] = []
 
     def cut(node: PlanNode) -> PlanNode:
@@ -82,10 +84,14 @@ def fragment_job(
     top = cut(root)
     pieces.append((top, []))
 
-    first_fragment = catalog.allocate("next_fragment_id", change, 1, len(pieces))
+    if fragment_ids is not None and len(fragment_ids) == len(pieces):
+        ids = list(fragment_ids)
+    else:
+        first = catalog.allocate("next_fragment_id", change, 1, len(pieces))
+        ids = list(range(first, first + len(pieces)))
     fragments: list[Fragment] = []
-    for i, (piece_root, _) in enumerate(pieces):
-        fragments.append(Fragment(first_fragment + i, job_id, piece_root, Distribution.HASH))
+    for fragment_id, (piece_root, _) in zip(ids, pieces):
+        fragments.append(Fragment(fragment_id, job_id, piece_root, Distribution.HASH))
     # Resolve merges to fragment ids and record each fragment's upstreams.
     for f in fragments:
         for node in f.root.walk():

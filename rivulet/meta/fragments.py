@@ -77,18 +77,27 @@ def persist_graph(graph: JobGraph, workers: dict[int, int], change: CatalogChang
 
 
 def delete_graph(graph: JobGraph, change: CatalogChange) -> None:
-    ids = [f.fragment_id for f in graph.fragments]
+    """The stored fragments and actors of ``graph``'s job."""
     change.statements.append(
-        (f"DELETE FROM {META_SCHEMA}.actors WHERE list_contains(?, fragment_id)", [ids])
+        (
+            f"DELETE FROM {META_SCHEMA}.actors WHERE fragment_id IN"
+            f" (SELECT fragment_id FROM {META_SCHEMA}.fragments WHERE job_id = ?)",
+            [graph.job_id],
+        )
     )
     change.statements.append(
         (f"DELETE FROM {META_SCHEMA}.fragments WHERE job_id = ?", [graph.job_id])
     )
 
 
-def replace_graph(jobs: list[RunningJob], change: CatalogChange) -> None:
-    """The fragments and actors of rebuilt jobs replace every stored one."""
-    change.statements.append((f"DELETE FROM {META_SCHEMA}.actors", []))
-    change.statements.append((f"DELETE FROM {META_SCHEMA}.fragments", []))
+def replace_graph(jobs: list[RunningJob], change: CatalogChange, *, only: bool = False) -> None:
+    """The fragments and actors of rebuilt jobs replace every stored one (``only``: the
+    stored ones of these jobs)."""
+    if only:
+        for job in jobs:
+            delete_graph(job.graph, change)
+    else:
+        change.statements.append((f"DELETE FROM {META_SCHEMA}.actors", []))
+        change.statements.append((f"DELETE FROM {META_SCHEMA}.fragments", []))
     for job in jobs:
         persist_graph(job.graph, job.workers or dict.fromkeys(job.actors, 1), change)

@@ -37,11 +37,15 @@ RECOVERY_EVENTS_DDL = f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.recovery_even
     id BIGINT PRIMARY KEY, started_at TIMESTAMPTZ NOT NULL, reason VARCHAR NOT NULL,
     actor_id INTEGER, fragment_id INTEGER, job_id INTEGER, job_name VARCHAR,
     recovered_epoch BIGINT NOT NULL, attempt INTEGER NOT NULL, backoff_ms BIGINT NOT NULL,
-    duration_ms BIGINT)"""
+    duration_ms BIGINT, scope VARCHAR)"""
+# Stores made before recoveries could be scoped to the failed jobs.
+RECOVERY_EVENTS_MIGRATION = (
+    f"ALTER TABLE {META_SCHEMA}.recovery_events ADD COLUMN IF NOT EXISTS scope VARCHAR"
+)
 
 _COLUMNS = (
     "id, started_at, reason, actor_id, fragment_id, job_id, job_name, recovered_epoch,"
-    " attempt, backoff_ms, duration_ms"
+    " attempt, backoff_ms, duration_ms, scope"
 )
 
 
@@ -65,12 +69,16 @@ class FailureCause:
     job_name: str | None = None
     # RECOVER run by a user: never delayed, and not a failure of the dataflow.
     manual: bool = False
+    # The whole exception text, for the server log only: it may hold data values, which
+    # the recorded ``reason`` never does.
+    detail: str | None = None
 
-    def describe(self) -> str:
+    def describe(self, *, detailed: bool = False) -> str:
         """``actor 7 (fragment 3) of job 1002 "m1" failed: <reason>``, or the reason when
-        no actor is known."""
+        no actor is known (``detailed``: with the exception's text, for the log)."""
+        reason = self.detail if detailed and self.detail else self.reason
         if self.actor_id is None:
-            return self.reason
+            return reason
         text = f"actor {self.actor_id}"
         if self.fragment_id is not None:
             text += f" (fragment {self.fragment_id})"
@@ -78,7 +86,7 @@ class FailureCause:
             text += f" of job {self.job_id}"
             if self.job_name:
                 text += f' "{self.job_name}"'
-        return f"{text} failed: {self.reason}"
+        return f"{text} failed: {reason}"
 
 
 @dataclass(slots=True)
@@ -91,12 +99,16 @@ class RecoveryEvent:
     backoff_ms: int  # how long the rebuilt dataflow waited before it started
     duration_ms: int | None = None  # failure -> first checkpoint committed after it
     started_mono: float = 0.0
+    # The jobs rebuilt (None: every job).
+    scope: frozenset[int] | None = None
 
     def row(self) -> list[object]:
         c = self.cause
         return [
             self.id, self.started_at, c.reason, c.actor_id, c.fragment_id, c.job_id,
             c.job_name, self.recovered_epoch, self.attempt, self.backoff_ms, self.duration_ms,
+            "all jobs" if self.scope is None else
+            "jobs " + ", ".join(str(j) for j in sorted(self.scope)),
         ]  # fmt: skip
 
 
@@ -144,6 +156,7 @@ class RecoveryLog:
         attempt: int,
         backoff_s: float,
         started_mono: float | None = None,
+        scope: frozenset[int] | None = None,
     ) -> RecoveryEvent:
         """A recovery begins (or began at ``started_mono``): remember it and write it at
         once. The caller makes sure no checkpoint is being committed (recoveries wait for
@@ -156,6 +169,7 @@ class RecoveryLog:
             attempt=attempt,
             backoff_ms=round(backoff_s * 1000),
             started_mono=time.monotonic() if started_mono is None else started_mono,
+            scope=scope,
         )
         self._next_id += 1
         self.events.append(event)
@@ -163,7 +177,7 @@ class RecoveryLog:
             self.store.run_setup(
                 [
                     (f"INSERT INTO {META_SCHEMA}.recovery_events ({_COLUMNS}) VALUES"
-                     " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", event.row()),
+                     " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", event.row()),
                     (f"DELETE FROM {META_SCHEMA}.recovery_events WHERE id <= ?",
                      [event.id - KEEP_EVENTS]),
                 ]

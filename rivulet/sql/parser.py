@@ -54,13 +54,23 @@ class Statement:
     binding is cached never pays for the copy.
     """
 
-    __slots__ = ("_owned", "_tree", "start", "text")
+    __slots__ = ("_owned", "_tree", "notices", "start", "text")
 
-    def __init__(self, ast: exp.Expression, text: str, start: int, *, shared: bool = False):
+    def __init__(
+        self,
+        ast: exp.Expression,
+        text: str,
+        start: int,
+        *,
+        shared: bool = False,
+        notices: tuple[str, ...] = (),
+    ):
         self._tree = ast
         self._owned = not shared
         self.text = text
         self.start = start  # 0-based offset of the statement's first character
+        # What parsing told the user (identifiers it truncated), sent with the result.
+        self.notices = notices
 
     @property
     def ast(self) -> exp.Expression:
@@ -77,7 +87,29 @@ class Statement:
 
     def fresh(self) -> Statement:
         """Another run of this statement (its tree must not have been rewritten)."""
-        return Statement(self._tree, self.text, self.start, shared=True)
+        return Statement(self._tree, self.text, self.start, shared=True, notices=self.notices)
+
+
+# PostgreSQL's NAMEDATALEN - 1: longer identifiers are truncated to this many bytes.
+MAX_IDENTIFIER_BYTES = 63
+
+
+def check_identifiers(stmt: Statement) -> None:
+    """Identifiers as PostgreSQL reads them: an empty quoted one is an error, one longer
+    than 63 bytes is truncated (on a character boundary) with a notice."""
+    notices = []
+    for ident in stmt.tree.find_all(exp.Identifier):
+        name = ident.this
+        if not isinstance(name, str):
+            continue
+        if name == "" and ident.quoted:
+            raise sql_error(SYNTAX_ERROR, 'zero-length delimited identifier at or near """"')
+        raw = name.encode()
+        if len(raw) > MAX_IDENTIFIER_BYTES:
+            short = raw[:MAX_IDENTIFIER_BYTES].decode("utf-8", errors="ignore")
+            notices.append(f'identifier "{name}" will be truncated to "{short}"')
+            ident.set("this", short)
+    stmt.notices = tuple(notices)
 
 
 def _position(sql: str, line: int, col: int) -> int:

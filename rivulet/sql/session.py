@@ -15,11 +15,11 @@ import duckdb
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from rivulet.common.errors import QUERY_CANCELED, Error, sql_error
+from rivulet.common.errors import NAME_TOO_LONG, QUERY_CANCELED, Error, sql_error
 from rivulet.sql.binder import BindContext, Binder, BoundQuery
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.duckdb_errors import translate
-from rivulet.sql.parser import Statement, parse_statements
+from rivulet.sql.parser import Statement, check_identifiers, parse_statements
 from rivulet.sql.result import Notice, StatementResult
 from rivulet.sql.session_config import VERSION_STRING, SessionConfig
 
@@ -56,6 +56,7 @@ class Session:
             cached = parse_statements(sql)
             for st in cached:
                 normalize_identifiers(st.ast, dialect="postgres")
+                check_identifiers(st)
             self._parse_cache[sql] = cached
             if len(self._parse_cache) > _PARSE_CACHE_SIZE:
                 self._parse_cache.popitem(last=False)
@@ -106,7 +107,10 @@ class Session:
 
         self._cancel_requested = False
         try:
-            return await dispatch(self, stmt, list(params) if params is not None else [])
+            result = await dispatch(self, stmt, list(params) if params is not None else [])
+            if stmt.notices:
+                result.notices[:0] = [Notice(n, sqlstate=NAME_TOO_LONG) for n in stmt.notices]
+            return result
         except duckdb.Error as exc:
             if self._cancel_requested:
                 raise sql_error(QUERY_CANCELED, "canceling statement due to user request") from None

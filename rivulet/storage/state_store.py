@@ -398,6 +398,20 @@ class StateStore:
             else:
                 self._root.execute(stmt[0], stmt[1])
 
+    def check_setup(self, statements: Iterable[tuple[str, list[object]]]) -> None:
+        """Run statements in a transaction that is rolled back: raises what DuckDB would
+        raise at the commit (a name it refuses), changing nothing."""
+        cur = self._root.cursor()
+        try:
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                for sql, params in statements:
+                    cur.execute(sql, params)
+            finally:
+                cur.execute("ROLLBACK")
+        finally:
+            cur.close()
+
     # ------------------------------------------------------------------ commit
     def commit_epoch(
         self,

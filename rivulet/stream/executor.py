@@ -19,6 +19,7 @@ import pyarrow as pa
 from rivulet.common.types import DataType, arrow_type_of
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import MemTable, StateTable
+from rivulet.stream.expression import RowErrors
 from rivulet.stream.message import Barrier, Message
 from rivulet.stream.row_errors import RowErrorLog
 
@@ -102,10 +103,11 @@ class ActorContext:
     vnodes: np.ndarray  # bool[256]: the vnodes this actor owns
     services: StreamServices
 
-    def report_row_errors(self, operator: str, rows: int) -> None:
-        """``rows`` rows failed to evaluate in ``operator`` and got NULL instead."""
-        if rows:
-            self.services.row_errors.record(self.job_id, self.fragment_id, operator, rows)
+    def report_row_errors(self, operator: str, errors: RowErrors | None) -> None:
+        """Rows whose expressions failed in ``operator`` (they got NULL instead); safe to
+        call from a query thread."""
+        if errors is not None:
+            self.services.row_errors.record(self.job_id, self.fragment_id, operator, errors)
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
         return await self.services.run_blocking(fn)

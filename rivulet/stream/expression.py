@@ -1,9 +1,12 @@
 """Evaluating expressions over chunks with DuckDB, one statement per chunk.
 
 Expressions are DuckDB SQL over the chunk's columns named ``c0, c1, ...``. A row whose
-expression fails (division by zero, a bad cast) must not kill the job: the chunk is
-evaluated again with the safe forms of the expressions (NULL instead of an error), and the
-rows that hit an error are counted (``error_predicates`` say which rows did).
+expression fails (an overflow, division by zero, a bad cast, an invalid regular
+expression...) must not fail the job, as in RisingWave's non-strict streaming mode: the
+chunk is evaluated strictly first (the fast path), and when that raises, again with the
+safe forms of the expressions, which yield NULL where a value cannot be computed. Each
+expression's ``error_predicate`` says on which rows it failed, so that the errors are
+counted per expression (``RowErrors``) and shown in ``rw_stream_errors``.
 """
 
 from __future__ import annotations
@@ -21,15 +24,46 @@ _names = itertools.count()
 @dataclass(frozen=True)
 class ExprSet:
     """Expressions with their error-tolerant forms. ``safe`` may equal ``strict`` when
-    nothing can fail; ``error_predicates`` are true on rows where something failed."""
+    nothing can fail. ``error_predicates`` has one entry per expression, true on rows
+    where it failed ("" when it cannot fail); ``labels`` name each expression as the user
+    wrote it (for the error counts)."""
 
     strict: list[str]
     safe: list[str]
     error_predicates: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
 
     @staticmethod
     def plain(exprs: list[str]) -> ExprSet:
-        return ExprSet(list(exprs), list(exprs), [])
+        return ExprSet(list(exprs), list(exprs), [""] * len(exprs), list(exprs))
+
+    def __add__(self, other: ExprSet) -> ExprSet:
+        return ExprSet(
+            self.strict + other.strict,
+            self.safe + other.safe,
+            self._predicates() + other._predicates(),
+            self._labels() + other._labels(),
+        )
+
+    def _predicates(self) -> list[str]:
+        return list(self.error_predicates) + [""] * (len(self.strict) - len(self.error_predicates))
+
+    def _labels(self) -> list[str]:
+        return list(self.labels) + self.strict[len(self.labels) :]
+
+    @property
+    def can_fail(self) -> bool:
+        return self.safe != self.strict or any(self.error_predicates)
+
+
+@dataclass(frozen=True)
+class RowErrors:
+    """The rows of one chunk whose expressions failed: how many, the kind of error (as
+    DuckDB raised it first, without the values), and the count per failing expression."""
+
+    rows: int
+    kind: str
+    by_expression: list[tuple[str, int]]
 
 
 def positional(table: pa.Table) -> pa.Table:
@@ -48,25 +82,28 @@ def _run(cur: duckdb.DuckDBPyConnection, table: pa.Table, select: str) -> pa.Tab
 
 def evaluate(
     cur: duckdb.DuckDBPyConnection, table: pa.Table, exprs: ExprSet
-) -> tuple[pa.Table, int]:
-    """The expressions' values per row (columns c0..), and how many rows had an error."""
+) -> tuple[pa.Table, RowErrors | None]:
+    """The expressions' values per row (columns c0..), and the rows that had an error."""
     if not exprs.strict:  # e.g. count(*)'s pre-projection: rows without columns
-        return table.select([]), 0
+        return table.select([]), None
     select = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs.strict))
     try:
-        return _run(cur, table, select), 0
-    except duckdb.Error:
-        if exprs.safe == exprs.strict and not exprs.error_predicates:
+        return _run(cur, table, select), None
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as exc:
+        if not exprs.can_fail:
             raise
+        failure = exc
     select = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs.safe))
     out = _run(cur, table, select)
-    return out, count_errors(cur, table, exprs.error_predicates)
+    return out, count_errors(cur, table, exprs, failure)
 
 
 def evaluate_predicate(
     cur: duckdb.DuckDBPyConnection, table: pa.Table, condition: ExprSet
-) -> tuple[np.ndarray, int]:
-    """A boolean mask (NULL counts as false) and the number of rows with an error."""
+) -> tuple[np.ndarray, RowErrors | None]:
+    """A boolean mask (NULL counts as false) and the rows that had an error."""
     out, errors = evaluate(
         cur,
         table,
@@ -74,15 +111,70 @@ def evaluate_predicate(
             [f"coalesce(({e})::BOOLEAN, false)" for e in condition.strict],
             [f"coalesce(({e})::BOOLEAN, false)" for e in condition.safe],
             condition.error_predicates,
+            condition._labels(),
         ),
     )
     mask = np.asarray(out.column(0).to_numpy(zero_copy_only=False), dtype=bool)
     return mask, errors
 
 
-def count_errors(cur: duckdb.DuckDBPyConnection, table: pa.Table, predicates: list[str]) -> int:
-    if not predicates:
-        return table.num_rows
-    cond = " OR ".join(f"coalesce(({p})::BOOLEAN, false)" for p in predicates)
-    out = _run(cur, table, f"count(*) FILTER (WHERE {cond}) AS n")
-    return int(out.column(0)[0].as_py())
+def count_errors(
+    cur: duckdb.DuckDBPyConnection, table: pa.Table, exprs: ExprSet, failure: duckdb.Error
+) -> RowErrors:
+    """Which rows of ``table`` made which expression fail (the slow path, after an error)."""
+    kind = error_kind(failure)
+    failing = [(label, p) for label, p in zip(exprs._labels(), exprs._predicates()) if p]
+    if not failing:
+        return RowErrors(table.num_rows, kind, [])
+    counts = ", ".join(
+        f"count(*) FILTER (WHERE coalesce(({p})::BOOLEAN, false)) AS e{i}"
+        for i, (_, p) in enumerate(failing)
+    )
+    any_failed = " OR ".join(f"coalesce(({p})::BOOLEAN, false)" for _, p in failing)
+    row = _run(cur, table, f"{counts}, count(*) FILTER (WHERE {any_failed}) AS total").to_pylist()
+    values = row[0]
+    by_expression = [
+        (label, int(values[f"e{i}"])) for i, (label, _) in enumerate(failing) if values[f"e{i}"]
+    ]
+    return RowErrors(int(values["total"]), kind, by_expression)
+
+
+# DuckDB's error classes and messages, as the kinds of error users see (never the values).
+_KINDS: list[tuple[str, str]] = [
+    ("division by zero", "division by zero"),
+    ("regex", "invalid regular expression"),
+    ("regular expression", "invalid regular expression"),
+    # RE2's messages (DuckDB passes them on, followed by the pattern)
+    ("missing )", "invalid regular expression"),
+    ("missing ]", "invalid regular expression"),
+    ("unexpected )", "invalid regular expression"),
+    ("invalid escape", "invalid regular expression"),
+    ("repetition", "invalid regular expression"),
+    ("character class", "invalid regular expression"),
+    ("trailing \\", "invalid regular expression"),
+    ("perl operator", "invalid regular expression"),
+    ("named capture", "invalid regular expression"),
+    ("could not convert", "invalid input syntax"),
+    ("can't be cast", "invalid cast"),
+    ("date", "datetime value out of range"),
+    ("timestamp", "datetime value out of range"),
+    ("interval", "interval value out of range"),
+    ("overflow", "numeric value out of range"),
+    ("out of range", "numeric value out of range"),
+    ("too large", "value too large"),
+    ("cast", "invalid cast"),
+    ("json", "invalid json"),
+    ("utf", "invalid byte sequence"),
+]
+
+
+def error_kind(exc: duckdb.Error) -> str:
+    """What went wrong, in a few words that carry no data value (for rw_stream_errors)."""
+    text = str(exc).split("\n", 1)[0].lower()
+    if isinstance(exc, duckdb.OutOfRangeException) and "date" not in text and "time" not in text:
+        return "numeric value out of range"
+    for needle, kind in _KINDS:
+        if needle in text:
+            return kind
+    name = type(exc).__name__.removesuffix("Exception")
+    return "".join(f" {c.lower()}" if c.isupper() else c for c in name).strip() + " error"

@@ -75,7 +75,7 @@ class MergeNode(PlanNode):
         return f"Merge {{ from: fragment {self.upstream_fragment_id} }}"
 
 
-# How a scan merges its upstream's history with its changes (SYSTEM.md section 3):
+# How a scan merges its upstream's history with its changes (ARCHITECTURE.md, "The model"):
 # ``arrangement``: per-vnode progress, the scan fragment hash-distributed by the upstream's
 # distribution key at the job's own parallelism; ``no_shuffle``: one position per actor,
 # chained 1:1 to the upstream's actors; ``snapshot``: a fixed snapshot at the creation

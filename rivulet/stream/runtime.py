@@ -245,11 +245,18 @@ class StreamRuntime:
 
     def abort_all(self) -> None:
         """Cancel every actor at once (recovery): their uncommitted state is dropped."""
-        for job in self.jobs.values():
+        self.abort_jobs(set(self.jobs))
+
+    def abort_jobs(self, job_ids: set[int] | frozenset[int]) -> None:
+        """Cancel the actors of these jobs at once (the recovery of their failure
+        domain) and forget the jobs: their uncommitted state is dropped."""
+        for job_id in job_ids:
+            job = self.jobs.pop(job_id, None)
+            if job is None:
+                continue
             for actor in job.actors.values():
                 if actor.task is not None:
                     actor.task.cancel()
-        self.jobs.clear()
 
     async def shutdown(self) -> None:
         for job in list(self.jobs.values()):

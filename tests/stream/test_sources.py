@@ -408,6 +408,27 @@ def test_table_with_connector_holds_exactly_the_generated_rows(conn: rivulet.Con
     assert err.value.sqlstate == "0A000"
 
 
+def test_an_mv_whose_expression_overflows_on_generated_rows_keeps_running(
+    conn: rivulet.Connection,
+) -> None:
+    """Values that make an MV's expression fail are NULL and counted: the job over the
+    source is never recovered (it would replay the same rows and fail again forever)."""
+    conn.execute(
+        "CREATE SOURCE gen (v INT) WITH (connector = 'datagen', fields.v.kind = 'sequence',"
+        " fields.v.start = '2147483000', fields.v.end = '2147483647',"
+        " datagen.rows.per.second = '1000000')"
+    )
+    conn.execute("CREATE MATERIALIZED VIEW doubled AS SELECT v, v * 2 AS w FROM gen")
+    conn.execute("CREATE TABLE side (id INT PRIMARY KEY)")
+    wait_until(lambda: count(conn, "doubled") == 648)
+    conn.execute("INSERT INTO side VALUES (1)")
+    assert rows(conn, "SELECT count(*) FROM doubled WHERE w IS NOT NULL") == [(0,)]
+    assert rows(conn, "SELECT count(*) FROM rw_recovery_events") == [(0,)]
+    assert rows(conn, "SELECT error_type, expression, count FROM rw_stream_errors") == [
+        ("numeric value out of range", "v * 2", 648)
+    ]
+
+
 def test_table_with_connector_and_primary_key_keeps_the_last_row_per_key(
     conn: rivulet.Connection,
 ) -> None:

@@ -21,7 +21,13 @@ from rivulet.common.errors import (
     sql_error,
 )
 from rivulet.common.types import BIGINT, DataType, column_type_from_sql
-from rivulet.meta.catalog import DEFAULT_SCHEMA, SYSTEM_SCHEMAS, ColumnCatalog, TableCatalog
+from rivulet.meta.catalog import (
+    DEFAULT_SCHEMA,
+    SYSTEM_SCHEMAS,
+    ColumnCatalog,
+    TableCatalog,
+    check_column_names,
+)
 from rivulet.sql.binder import Binder, position_of
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Notice, StatementResult, command
@@ -220,14 +226,11 @@ def explain_create(session: Session, stmt: Statement, ast: exp.Create) -> list[s
         root = table_plan(table)
     else:
         raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN CREATE {kind} is not supported yet")
-    change = CatalogChange()
-    try:
+    with ctx.catalog.preview_allocations():
         job = fragment_job(
             root, 0, ctx.ddl.cluster.parallelism(table.parallelism), ctx.catalog,
-            ctx.ddl.cluster, ctx.runtime, change,
+            ctx.ddl.cluster, ctx.runtime, CatalogChange(),
         )  # fmt: skip
-    finally:
-        ctx.catalog.discard_allocations()
     # Fragments are numbered within the plan, the materializing one first (as RisingWave
     # shows them): the ids the job would get depend on what ran before.
     ordered = list(reversed(job.graph.fragments))
@@ -343,7 +346,7 @@ async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> S
     if connector is not None:
         assert options is not None
         declared = [(c.name, c.type) for c in columns] if columns else None
-        produced, options = prepare_connector(connector, options, declared)
+        produced, options = prepare_connector(connector, options, declared, f'table "{name}"')
         if not columns:
             columns = [ColumnCatalog(n, t) for n, t in produced]
     if not columns:
@@ -410,14 +413,19 @@ def _option_value(node: exp.Expression | None) -> str:
 
 
 def prepare_connector(
-    connector: str, options: dict[str, str], declared: list[tuple[str, DataType]] | None
+    connector: str,
+    options: dict[str, str],
+    declared: list[tuple[str, DataType]] | None,
+    relation: str,
 ) -> tuple[list[tuple[str, DataType]], dict[str, str]]:
     """Validate a connector's options against the columns (see ``prepare_source``)."""
     from rivulet.stream.connectors import prepare_source
 
-    if declared is not None and any(n == ROW_ID_COLUMN for n, _ in declared):
-        raise sql_error(DUPLICATE_COLUMN, f'column name "{ROW_ID_COLUMN}" is reserved')
-    return prepare_source(connector, options, declared)
+    if declared is not None:
+        check_column_names([n for n, _ in declared], relation)
+    produced, options = prepare_source(connector, options, declared)
+    check_column_names([n for n, _ in produced], relation)
+    return produced, options
 
 
 async def _create_source(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:
@@ -470,7 +478,7 @@ async def _create_source(session: Session, stmt: Statement, ast: exp.Create) -> 
                     position=position_of(item),
                 )
             declared.append((col.name, col.type))
-    produced, options = prepare_connector(connector, options, declared)
+    produced, options = prepare_connector(connector, options, declared, f'source "{name}"')
     columns = (
         *(ColumnCatalog(n, t) for n, t in produced),
         ColumnCatalog(ROW_ID_COLUMN, BIGINT, True, True),
@@ -499,8 +507,7 @@ def build_table(
 ) -> TableCatalog:
     """A table catalog entry (id 0: the DDL controller allocates it)."""
     names = [c.name for c in columns]
-    if ROW_ID_COLUMN in names:
-        raise sql_error(DUPLICATE_COLUMN, f'column name "{ROW_ID_COLUMN}" is reserved')
+    check_column_names(names, f'table "{name}"')
     for pk in pk_names:
         if pk not in names:
             raise sql_error(UNDEFINED_COLUMN, f'column "{pk}" named in key does not exist')

@@ -82,11 +82,14 @@ def check_not_null(table: TableCatalog, rows: pa.Table) -> None:
 
 
 async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk) -> None:
-    """Hand a chunk of the table's stored columns to its actors; return once committed."""
+    """Hand a chunk of the table's stored columns to its actors; return once committed
+    (raises if a failure of the table's jobs lost it)."""
+    jobs = frozenset({table.id})
+    await session.ctx.barrier.wait_jobs_ready(jobs)
     if table.id not in session.ctx.runtime.jobs:
         raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
     epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
-    await session.ctx.barrier.commit_writes(epoch)
+    await session.ctx.barrier.commit_writes(epoch, jobs)
 
 
 async def insert_rows(session: Session, table: TableCatalog, rows: pa.Table) -> int:

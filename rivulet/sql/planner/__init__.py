@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from rivulet.common.errors import DUPLICATE_COLUMN, sql_error
-from rivulet.meta.catalog import ColumnCatalog, TableCatalog
+from rivulet.meta.catalog import ColumnCatalog, TableCatalog, check_column_names
 from rivulet.meta.ddl_controller import PlannedMaterializedView
 from rivulet.sql.binder import Binder
 from rivulet.sql.planner.planner import Planned, StreamPlanner, prune_join_columns
@@ -34,11 +33,11 @@ def plan_materialized_view(
     planned = planner.plan_query(query.copy())
     prune_join_columns(planned.node)
     columns = [ColumnCatalog(c.name, c.type, hidden=c.hidden) for c in planned.scope.columns]
-    seen: set[str] = set()
-    for c in columns:
-        if c.name in seen:
-            raise sql_error(DUPLICATE_COLUMN, f'column "{c.name}" specified more than once')
-        seen.add(c.name)
+    check_column_names(
+        [c.name for c in columns if not c.hidden],
+        f'materialized view "{name}"',
+        hidden=tuple(c.name for c in columns if c.hidden),
+    )
     pk = list(planned.node.stream_key)
     root, dist = _distributed(planned, pk)
     policy = session.config.get("streaming_parallelism") or "default"

@@ -2,9 +2,10 @@
 
 A column reference becomes ``c<i>`` (its index in the input). The expression then goes
 through the batch binder's checks and rewrites (allow-listed functions, PostgreSQL
-semantics), and gets a safe form for streaming: a division by zero or a failed cast yields
-NULL for that row, with a predicate saying which rows failed (they are counted). Result
-types come from DuckDB itself, so the MV holds exactly what a batch query would return.
+semantics), and gets a safe form for streaming: any error (an overflow, a division by
+zero, a failed cast, an invalid regular expression) yields NULL for that value, with a
+predicate saying which rows failed (they are counted). Result types come from DuckDB
+itself, so the MV holds exactly what a batch query would return.
 """
 
 from __future__ import annotations
@@ -52,22 +53,19 @@ class ExprCompiler:
 
     def compile(self, exprs: list[exp.Expression], scope: Scope) -> tuple[ExprSet, list[DataType]]:
         """DuckDB SQL (strict and safe) and result types of expressions over ``scope``."""
-        strict: list[str] = []
-        safe: list[str] = []
-        errors: list[str] = []
+        trees = []
         for e in exprs:
             resolved = self.resolve_columns(e, scope)
             self._check_literal_operands(resolved, scope.types)
-            bound = self.binder.prepare(resolved)
-            strict.append(bound.sql(dialect=DUCKDB))
-            safe_tree, preds = _safe_form(bound)
-            safe.append(safe_tree.sql(dialect=DUCKDB))
-            errors.extend(preds)
-        types = self.types_of(strict, scope.types)
-        return ExprSet(strict, safe, errors), types
+            trees.append(resolved)
+        labels = [e.sql(dialect="postgres") for e in exprs]
+        return self.compile_resolved(trees, scope.types, labels)
 
     def compile_resolved(
-        self, trees: list[exp.Expression], input_types: list[DataType]
+        self,
+        trees: list[exp.Expression],
+        input_types: list[DataType],
+        labels: list[str] | None = None,
     ) -> tuple[ExprSet, list[DataType]]:
         """``compile`` for trees whose column references are ``c<i>`` already (the
         planner adds references of its own, e.g. tie-breaking keys of window calls)."""
@@ -76,11 +74,25 @@ class ExprCompiler:
         errors: list[str] = []
         for tree in trees:
             bound = self.binder.prepare(tree)
-            strict.append(bound.sql(dialect=DUCKDB))
+            strict_sql = bound.sql(dialect=DUCKDB)
+            strict.append(strict_sql)
             safe_tree, preds = _safe_form(bound)
-            safe.append(safe_tree.sql(dialect=DUCKDB))
-            errors.extend(preds)
-        return ExprSet(strict, safe, errors), self.types_of(strict, input_types)
+            tolerant, predicate = _tolerant_form(safe_tree, strict_sql)
+            if self._binds([tolerant.sql(dialect=DUCKDB), predicate], input_types):
+                safe.append(tolerant.sql(dialect=DUCKDB))
+                errors.append(predicate)
+            else:  # TRY refuses volatile functions: only the fine-grained safe forms
+                safe.append(safe_tree.sql(dialect=DUCKDB))
+                errors.append(" OR ".join(f"({p})" for p in preds))
+        labels = labels if labels is not None else list(strict)
+        return ExprSet(strict, safe, errors, labels), self.types_of(strict, input_types)
+
+    def _binds(self, exprs: list[str], input_types: list[DataType]) -> bool:
+        try:
+            self.types_of([e for e in exprs if e], input_types)
+        except duckdb.Error:
+            return False
+        return True
 
     def _check_literal_operands(self, tree: exp.Expression, input_types: list[DataType]) -> None:
         """A string literal compared with a value of another type is read as that type
@@ -137,6 +149,25 @@ _READ_FROM_TEXT = {
     "timestamp with time zone": "timestamp with time zone",
     "interval": "interval",
 }
+
+
+def _tolerant_form(tree: exp.Expression, strict_sql: str) -> tuple[exp.Expression, str]:
+    """The safe tree wrapped so that any error yields NULL (DuckDB's TRY), and the
+    predicate true on rows where the strict form fails. TRY cannot hold a window call:
+    there the window function's arguments are wrapped, each of them checked."""
+    windows = list(tree.find_all(exp.Window))
+    if not windows:
+        return exp.Try(this=tree.copy()), f"try(({strict_sql}) IS NULL) IS NULL"
+    tree = tree.copy()
+    checks: list[str] = []
+    for window in tree.find_all(exp.Window):
+        func = window.this
+        for arg in list(func.iter_expressions()):
+            if isinstance(arg, exp.Column | exp.Literal | exp.Null | exp.Star):
+                continue
+            checks.append(f"try(({arg.sql(dialect=DUCKDB)}) IS NULL) IS NULL")
+            arg.replace(exp.Try(this=arg.copy()))
+    return tree, " OR ".join(f"({c})" for c in checks)
 
 
 def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:

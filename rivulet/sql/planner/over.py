@@ -334,7 +334,7 @@ def _computed_columns(
         list(rel.node.stream_key),
         rel.node.append_only,
         [rel.node],
-        exprs=ExprSet(same + compiled.strict, same + compiled.safe, compiled.error_predicates),
+        exprs=ExprSet.plain(same) + compiled,
     )
     scope = Scope(
         rel.scope.columns + [ScopeColumn(None, nm, t, True) for nm, t in zip(names, types)]
@@ -422,7 +422,7 @@ def _over_window(
     key = list(dict.fromkeys([*rel.node.stream_key, *part]))
     node = OverWindowNode(
         schema, key, False, [_exchange(rel, part)],
-        partition=part, calls=ExprSet(calls.strict, calls.safe, []),
+        partition=part, calls=calls,
         state_tables=[partitioned_state_schema(rel.node, part)],
     )  # fmt: skip
     scope = Scope(rel.scope.columns + [ScopeColumn(None, n, t, True) for n, t in zip(names, types)])

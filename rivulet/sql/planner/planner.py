@@ -416,11 +416,7 @@ class StreamPlanner:
             return rel, indices
         exprs, types = self.exprs.compile(extra, rel.scope)
         n = len(rel.scope)
-        all_exprs = ExprSet(
-            [f"c{i}" for i in range(n)] + exprs.strict,
-            [f"c{i}" for i in range(n)] + exprs.safe,
-            exprs.error_predicates,
-        )
+        all_exprs = ExprSet.plain([f"c{i}" for i in range(n)]) + exprs
         schema = Schema(list(rel.node.schema) + [Field(f"_key{i}", t) for i, t in enumerate(types)])
         node = ProjectNode(
             schema, list(rel.node.stream_key), rel.node.append_only, [rel.node], exprs=all_exprs
@@ -731,9 +727,7 @@ class StreamPlanner:
                     dist_out = None
                     break
                 dist_out.append(passthrough[ref])
-        final = ExprSet(
-            compiled.strict + extra_strict, compiled.safe + extra_strict, compiled.error_predicates
-        )
+        final = compiled + ExprSet.plain(extra_strict)
         hidden_names = [
             _hidden_name(rel.scope.columns[int(r[1:])].name, names) for r in extra_strict
         ]

@@ -21,7 +21,7 @@ _RELATION = """id:integer, name:varchar, schema_id:integer, owner:integer, defin
 
 _RECOVERY_EVENT_COLUMNS = (
     "id started_at reason actor_id fragment_id job_id job_name recovered_epoch attempt"
-    " backoff_ms duration_ms"
+    " backoff_ms duration_ms scope"
 ).split()
 
 
@@ -239,17 +239,19 @@ def streaming_views() -> list[SystemView]:
             "rw_catalog",
             "rw_stream_errors",
             "job_id:integer, job_name:varchar, fragment_id:integer, operator:varchar,"
-            " error_type:varchar, count:bigint, last_seen:timestamp with time zone",
+            " error_type:varchar, expression:varchar, count:bigint,"
+            " last_seen:timestamp with time zone",
             {
                 "job_id": "e.job_id",
                 "job_name": "o.name",
                 "fragment_id": "e.fragment_id",
                 "operator": "e.operator",
-                "error_type": "'expression evaluation'",
+                "error_type": "e.error_type",
+                "expression": "e.expression",
                 "count": "e.count",
                 "last_seen": "e.last_seen",
             },
-            "meta.row_errors e JOIN meta.objects o ON o.id = e.job_id",
+            "meta.stream_errors e JOIN meta.objects o ON o.id = e.job_id",
         ),
         view(
             "rw_catalog",
@@ -275,7 +277,8 @@ def streaming_views() -> list[SystemView]:
             "rw_recovery_events",
             "id:bigint, started_at:timestamp with time zone, reason:varchar,"
             " actor_id:integer, fragment_id:integer, job_id:integer, job_name:varchar,"
-            " recovered_epoch:bigint, attempt:integer, backoff_ms:bigint, duration_ms:bigint",
+            " recovered_epoch:bigint, attempt:integer, backoff_ms:bigint, duration_ms:bigint,"
+            " scope:varchar",
             {c: f"r.{c}" for c in _RECOVERY_EVENT_COLUMNS},
             "meta.recovery_events r",
         ),

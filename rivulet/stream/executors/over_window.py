@@ -45,7 +45,7 @@ from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.agg_state import _differs, table_exists
 from rivulet.stream.executors.epoch_batched import BATCH_ROWS, EpochBatchedExecutor
 from rivulet.stream.executors.top_n import key_ids
-from rivulet.stream.expression import ExprSet
+from rivulet.stream.expression import ExprSet, count_errors
 from rivulet.stream.message import Barrier
 
 # The cache is dropped at a barrier above this many rows (it refills lazily from state).
@@ -243,10 +243,14 @@ class OverWindowExecutor(EpochBatchedExecutor):
 
         try:
             out = run(self.calls.strict)
-        except duckdb.Error:
-            if self.calls.safe == self.calls.strict:
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as exc:
+            if not self.calls.can_fail:
                 raise
             out = run(self.calls.safe)
+            rows = cur.sql(f"SELECT {select} FROM ({rows_sql}) AS input").to_arrow_table()
+            self.ctx.report_row_errors("OverWindow", count_errors(cur, rows, self.calls, exc))
         return out.cast(self.cache_arrow)
 
     # ------------------------------------------------------------------- output
