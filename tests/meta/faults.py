@@ -15,7 +15,7 @@ POISON = 666
 
 
 class Fault:
-    """Makes the filter executor raise: on a chunk holding ``POISON`` in column v (at
+    """Makes the filter executor raise: on a chunk holding ``POISON`` in a column v (at
     most ``times`` times; None: every time), or, with ``on_barriers``, on every barrier
     while ``active``. Records (actor, fragment, job) of each actor it made fail."""
 
@@ -31,10 +31,13 @@ class Fault:
             return False
         if self.on_barriers:
             return isinstance(msg, Barrier)
-        return (
-            isinstance(msg, StreamChunk)
-            and "v" in msg.data.column_names
-            and POISON in msg.data.column("v").to_pylist()
+        if not isinstance(msg, StreamChunk):
+            return False
+        data = msg.data
+        return any(
+            POISON in data.column(i).to_pylist()
+            for i, name in enumerate(data.column_names)
+            if name == "v"
         )
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
