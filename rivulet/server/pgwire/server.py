@@ -1,4 +1,5 @@
-"""The PostgreSQL wire-protocol server: the listening socket, the registry that routes
+"""The PostgreSQL wire-protocol server: the listening sockets, admission (the
+``max_connections`` and ``max_startup_connections`` limits), the registry that routes
 CancelRequests to the right session, and an orderly shutdown."""
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import Callable
 
+from rivulet.common.errors import TOO_MANY_CONNECTIONS, Error, sql_error
 from rivulet.engine import Engine, EngineOptions
 from rivulet.server.pgwire.auth import ScramVerifier
 from rivulet.server.pgwire.connection import Connection
+from rivulet.server.pgwire.listener import Listener, listening_sockets
 
 log = logging.getLogger("rivulet.server")
 
@@ -27,8 +31,10 @@ class PgServer:
         self.engine = engine
         # Only the SCRAM verifier is kept, never the password.
         self.verifier = ScramVerifier.from_password(password) if password else None
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: Listener | None = None
+        # Every admitted connection; those of them still starting up (not logged in).
         self._connections: set[Connection] = set()
+        self._starting: set[Connection] = set()
         self._by_process_id: dict[int, Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -37,26 +43,41 @@ class PgServer:
         self.admin: object | None = None
 
     async def start(self, host: str = "127.0.0.1", port: int = 4566) -> None:
-        self._server = await asyncio.start_server(
-            self._handle, host, port, reuse_address=True, backlog=512
-        )
+        self._listener = Listener(listening_sockets(host, port), self._accepted)
 
     @property
     def address(self) -> tuple[str, int]:
         """(host, port) actually bound (useful with port 0)."""
-        assert self._server is not None and self._server.sockets
-        sockname = self._server.sockets[0].getsockname()
+        assert self._listener is not None and self._listener.sockets
+        sockname = self._listener.sockets[0].getsockname()
         return str(sockname[0]), int(sockname[1])
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        conn = Connection(self, reader, writer)
+    def param(self, name: str) -> int:
+        """An integer system parameter, as it stands now."""
+        return int(self.engine.params.get(name))
+
+    def _accepted(self, sock: socket.socket) -> None:
         if self._closing:
-            writer.close()
+            sock.close()
             return
-        if task is not None:
-            self._tasks.add(task)
-        self._connections.add(conn)
+        task = asyncio.get_running_loop().create_task(self._serve_socket(sock))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve_socket(self, sock: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock)
+        except OSError:
+            sock.close()
+            return
+        refusal = self._admission()
+        conn = Connection(self, reader, writer, refusal=refusal)
+        if refusal is None:
+            self._connections.add(conn)
+            self._starting.add(conn)
+        else:
+            assert self._listener is not None
+            self._listener.warnings.warning("admission", f"refused a client: {refusal.detail}")
         try:
             await conn.run()
         except asyncio.CancelledError:
@@ -65,11 +86,37 @@ class PgServer:
             log.exception("connection handler failed")
         finally:
             self._connections.discard(conn)
-            if task is not None:
-                self._tasks.discard(task)
+            self._starting.discard(conn)
+
+    def _admission(self) -> Error | None:
+        """Why a new connection cannot be served (None: it can). A refused client still
+        gets its start-up answered (and a CancelRequest served), then this error."""
+        most = self.param("max_connections")
+        if len(self._connections) >= most:
+            return sql_error(
+                TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+                detail=f"{len(self._connections)} connections are open (max_connections = {most}).",
+                hint="Close idle connections, or raise the limit:"
+                " ALTER SYSTEM SET max_connections = ...",
+            )
+        starting = self.param("max_startup_connections")
+        if len(self._starting) >= starting:
+            return sql_error(
+                TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+                detail=f"{len(self._starting)} connections are still starting up"
+                f" (max_startup_connections = {starting}).",
+                hint="Try again in a moment; clients that connect and do not log in hold"
+                " these slots for up to authentication_timeout.",
+            )
+        return None
 
     # ---------------------------------------------------------- cancel keys
     def register(self, conn: Connection) -> None:
+        """``conn`` has logged in: its cancel key is live and it no longer counts as
+        starting."""
+        self._starting.discard(conn)
         self._by_process_id[conn.process_id] = conn
 
     def unregister(self, conn: Connection) -> None:
@@ -91,8 +138,8 @@ class PgServer:
             await self.closed.wait()
             return
         self._closing = True
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._listener.close()
         for conn in list(self._connections):
             conn.closing = True
             conn.cancel_running()
