@@ -179,10 +179,13 @@ def run_playground(
     """Run an engine with a pgwire server until SIGINT/SIGTERM, then shut down cleanly.
 
     In memory when ``data_dir`` is None. ``on_ready`` is called once the socket listens.
+    Everything the process creates is private to its user (umask 077): the data
+    directory's files, DuckDB's temporary files, the admin token.
     """
+    os.umask(0o077)
     engine = Engine(data_dir, options)
     try:
-        asyncio.run(_playground(engine, host, port, password, on_ready, admin_port))
+        asyncio.run(_playground(engine, host, port, password, on_ready, admin_port, data_dir))
     finally:
         engine.close()
 
@@ -194,18 +197,27 @@ async def _playground(
     password: str | None,
     on_ready: Callable[[PgServer], None] | None,
     admin_port: int | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
 ) -> None:
-    server = await serve(engine, host, port, password)
+    await engine.start()
+    # The admin endpoint first: its token file is written before clients can connect.
     admin = None
     if admin_port is not None:
         from rivulet.server.admin import AdminServer
 
-        admin = AdminServer(engine)
+        admin = AdminServer(engine, data_dir)
         try:
             await admin.start(admin_port)
         except OSError as exc:  # the database still serves; only `rivulet ctl` is off
             log.warning("admin endpoint not started on 127.0.0.1:%d: %s", admin_port, exc)
             admin = None
+    server = PgServer(engine, password)
+    try:
+        await server.start(host, port)
+    except BaseException:
+        if admin is not None:
+            await admin.close()
+        raise
     server.admin = admin
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
