@@ -103,6 +103,33 @@ def _fail(error: Exception) -> NoReturn:
     raise SystemExit(1)
 
 
+def _read_password_file(path: str) -> str:
+    """The first line of a password file (a trailing newline is not part of it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc}", param_hint="--password-file"
+        ) from None
+    return line.rstrip("\r\n")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address ``host`` stands for is a loopback one (127.0.0.0/8, ::1)."""
+    import ipaddress
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(
+        ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rivulet")
 def cli() -> None:
@@ -122,7 +149,20 @@ def cli() -> None:
     "--password",
     envvar="RIVULET_PASSWORD",
     default=None,
-    help="Require this password (SCRAM-SHA-256); also read from RIVULET_PASSWORD.",
+    help="Require this password (SCRAM-SHA-256). Prefer RIVULET_PASSWORD or --password-file:"
+    " a password on the command line is visible to every local user in the process list.",
+)
+@click.option(
+    "--password-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Require the password written in this file (its first line).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=False,
+    help="Allow listening on a non-loopback address without a password.",
 )
 @click.option(
     "--log-level",
@@ -160,6 +200,8 @@ def playground(
     host: str,
     port: int,
     password: str | None,
+    password_file: str | None,
+    insecure: bool,
     log_level: str,
     workers: int | None = None,
     slots: int | None = None,
@@ -169,6 +211,21 @@ def playground(
     """Run an embedded instance serving the PostgreSQL protocol (Ctrl-C stops it)."""
     from rivulet.engine import EngineOptions
     from rivulet.server.pgwire import PgServer, run_playground
+
+    if password_file is not None:
+        if password is not None:
+            raise click.UsageError(
+                "give the password one way: --password-file, or --password/RIVULET_PASSWORD"
+            )
+        password = _read_password_file(password_file)
+    if password is not None and not password:
+        raise click.UsageError("the password is empty")
+    if password is None and not insecure and not _is_loopback(host):
+        raise click.UsageError(
+            f"refusing to listen on {host} without a password: anyone who can reach it could"
+            " read and change every table.\nSet RIVULET_PASSWORD or --password-file, listen on"
+            " 127.0.0.1, or pass --insecure if this network is trusted."
+        )
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),
