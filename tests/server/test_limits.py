@@ -129,7 +129,7 @@ def _too_many(srv: ServerProcess) -> dict[str, str]:
     """Connect by hand and return the error the server answers the startup packet with."""
     with _open(srv) as sock:
         sock.sendall(startup_packet())
-        reply = read_until(sock, b"\0\0")
+        reply = read_until(sock, b"\0\0", limit=20)
     return error_fields(reply)
 
 
@@ -184,14 +184,23 @@ def test_idle_unauthenticated_sockets_cannot_take_every_slot(
         c0.execute("ALTER SYSTEM SET max_startup_connections = 3")
         idle = [_open(srv) for _ in range(3)]
         time.sleep(0.5)
+        # Refused once no slot frees for a while (5 s).
+        started = time.monotonic()
         fields = _too_many(srv)
         assert fields["C"] == "53300", fields
         assert "max_startup_connections = 3" in fields["D"]
+        assert 4 < time.monotonic() - started < 15
         assert c0.execute("SELECT 1").fetchone() == (1,)
+        # A client that comes while they are all taken gets the first one to free up.
+        timer = threading.Timer(1.0, idle.pop().close)
+        timer.start()
+        with srv.connect() as waited:
+            assert waited.execute("SELECT 2").fetchone() == (2,)
+        timer.join()
         for sock in idle:
             sock.close()
         with _connect_eventually(srv) as again:
-            assert again.execute("SELECT 2").fetchone() == (2,)
+            assert again.execute("SELECT 3").fetchone() == (3,)
 
 
 def test_authentication_timeout(server_factory: ServerFactory) -> None:

@@ -5,6 +5,7 @@ CancelRequests to the right session, and an orderly shutdown."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -22,6 +23,9 @@ log = logging.getLogger("rivulet.server")
 
 # How long shutdown waits for connections to wind down before moving on.
 _SHUTDOWN_GRACE_SECONDS = 5.0
+# How long a new client waits for a start-up slot (max_startup_connections) before it is
+# refused: a burst of clients is served in turn, idle sockets do not block it for good.
+_STARTUP_SLOT_WAIT_SECONDS = 5.0
 
 
 class PgServer:
@@ -35,6 +39,10 @@ class PgServer:
         # Every admitted connection; those of them still starting up (not logged in).
         self._connections: set[Connection] = set()
         self._starting: set[Connection] = set()
+        # Admitted clients waiting for a start-up slot, first come first served.
+        self._slot_waiters: collections.deque[tuple[asyncio.Future[None], Connection]] = (
+            collections.deque()
+        )
         self._by_process_id: dict[int, Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -70,15 +78,14 @@ class PgServer:
         except OSError:
             sock.close()
             return
-        refusal = self._admission()
-        conn = Connection(self, reader, writer, refusal=refusal)
-        if refusal is None:
-            self._connections.add(conn)
-            self._starting.add(conn)
-        else:
-            assert self._listener is not None
-            self._listener.warnings.warning("admission", f"refused a client: {refusal.detail}")
+        conn = Connection(self, reader, writer)
         try:
+            conn.refusal = await self._admit(conn)
+            if conn.refusal is not None:
+                assert self._listener is not None
+                self._listener.warnings.warning(
+                    "admission", f"refused a client: {conn.refusal.detail}"
+                )
             await conn.run()
         except asyncio.CancelledError:
             pass
@@ -86,11 +93,12 @@ class PgServer:
             log.exception("connection handler failed")
         finally:
             self._connections.discard(conn)
-            self._starting.discard(conn)
+            self._leave_startup(conn)
 
-    def _admission(self) -> Error | None:
-        """Why a new connection cannot be served (None: it can). A refused client still
-        gets its start-up answered (and a CancelRequest served), then this error."""
+    async def _admit(self, conn: Connection) -> Error | None:
+        """Count ``conn`` in (waiting for a start-up slot if they are all taken), or say
+        why it cannot be served. A refused client still gets its start-up answered (and
+        a CancelRequest served), then this error."""
         most = self.param("max_connections")
         if len(self._connections) >= most:
             return sql_error(
@@ -100,23 +108,44 @@ class PgServer:
                 hint="Close idle connections, or raise the limit:"
                 " ALTER SYSTEM SET max_connections = ...",
             )
+        self._connections.add(conn)
         starting = self.param("max_startup_connections")
-        if len(self._starting) >= starting:
-            return sql_error(
-                TOO_MANY_CONNECTIONS,
-                "sorry, too many clients already",
-                detail=f"{len(self._starting)} connections are still starting up"
-                f" (max_startup_connections = {starting}).",
-                hint="Try again in a moment; clients that connect and do not log in hold"
-                " these slots for up to authentication_timeout.",
-            )
+        if len(self._starting) >= starting or self._slot_waiters:
+            waiter = asyncio.get_running_loop().create_future()
+            self._slot_waiters.append((waiter, conn))
+            try:
+                await asyncio.wait_for(waiter, _STARTUP_SLOT_WAIT_SECONDS)
+                return None  # handed a slot by ``_leave_startup``
+            except TimeoutError:
+                self._connections.discard(conn)
+                return sql_error(
+                    TOO_MANY_CONNECTIONS,
+                    "sorry, too many clients already",
+                    detail=f"{len(self._starting)} connections are still starting up"
+                    f" (max_startup_connections = {starting}).",
+                    hint="Try again in a moment; clients that connect and do not log in hold"
+                    " these slots for up to authentication_timeout.",
+                )
+        self._starting.add(conn)
         return None
+
+    def _leave_startup(self, conn: Connection) -> None:
+        """``conn`` logged in or left: its start-up slot goes to the next waiter."""
+        if conn not in self._starting:
+            return
+        self._starting.discard(conn)
+        while self._slot_waiters:
+            waiter, waiting = self._slot_waiters.popleft()
+            if not waiter.done():
+                self._starting.add(waiting)  # now, so that no newcomer takes the slot
+                waiter.set_result(None)
+                return
 
     # ---------------------------------------------------------- cancel keys
     def register(self, conn: Connection) -> None:
         """``conn`` has logged in: its cancel key is live and it no longer counts as
         starting."""
-        self._starting.discard(conn)
+        self._leave_startup(conn)
         self._by_process_id[conn.process_id] = conn
 
     def unregister(self, conn: Connection) -> None:
