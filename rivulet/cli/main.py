@@ -103,6 +103,33 @@ def _fail(error: Exception) -> NoReturn:
     raise SystemExit(1)
 
 
+def _read_password_file(path: str) -> str:
+    """The first line of a password file (a trailing newline is not part of it)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc}", param_hint="--password-file"
+        ) from None
+    return line.rstrip("\r\n")
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address ``host`` stands for is a loopback one (127.0.0.0/8, ::1)."""
+    import ipaddress
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    addresses = {info[4][0] for info in infos}
+    return bool(addresses) and all(
+        ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="rivulet")
 def cli() -> None:
@@ -122,7 +149,20 @@ def cli() -> None:
     "--password",
     envvar="RIVULET_PASSWORD",
     default=None,
-    help="Require this password (SCRAM-SHA-256); also read from RIVULET_PASSWORD.",
+    help="Require this password (SCRAM-SHA-256). Prefer RIVULET_PASSWORD or --password-file:"
+    " a password on the command line is visible to every local user in the process list.",
+)
+@click.option(
+    "--password-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Require the password written in this file (its first line).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=False,
+    help="Allow listening on a non-loopback address without a password.",
 )
 @click.option(
     "--log-level",
@@ -160,6 +200,8 @@ def playground(
     host: str,
     port: int,
     password: str | None,
+    password_file: str | None,
+    insecure: bool,
     log_level: str,
     workers: int | None = None,
     slots: int | None = None,
@@ -169,6 +211,21 @@ def playground(
     """Run an embedded instance serving the PostgreSQL protocol (Ctrl-C stops it)."""
     from rivulet.engine import EngineOptions
     from rivulet.server.pgwire import PgServer, run_playground
+
+    if password_file is not None:
+        if password is not None:
+            raise click.UsageError(
+                "give the password one way: --password-file, or --password/RIVULET_PASSWORD"
+            )
+        password = _read_password_file(password_file)
+    if password is not None and not password:
+        raise click.UsageError("the password is empty")
+    if password is None and not insecure and not _is_loopback(host):
+        raise click.UsageError(
+            f"refusing to listen on {host} without a password: anyone who can reach it could"
+            " read and change every table.\nSet RIVULET_PASSWORD or --password-file, listen on"
+            " 127.0.0.1, or pass --insecure if this network is trusted."
+        )
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),
@@ -183,6 +240,7 @@ def playground(
         cluster = f"{len(nodes)} worker(s) x {nodes[0].slots} slot(s)" if nodes else "none"
         endpoint = getattr(server.admin, "address", None)
         admin = f"http://{endpoint[0]}:{endpoint[1]} (rivulet ctl)" if endpoint else "off"
+        token = getattr(server.admin, "token_path", None)
         console.print(
             Panel.fit(
                 f"[bold]Rivulet {__version__}[/bold] playground\n"
@@ -196,6 +254,8 @@ def playground(
                 title="rivulet",
             )
         )
+        if token is not None:  # unwrapped, to be copied whole
+            console.print(f"admin token: {token}", soft_wrap=True)
         sys.stdout.flush()
         if demo:
             task = asyncio.get_running_loop().create_task(
@@ -224,6 +284,26 @@ def playground(
     console.print("rivulet stopped")
 
 
+class AdminTarget:
+    """Where the admin endpoint is, and where its token is read from."""
+
+    def __init__(self, url: str, token_file: str, *, explicit: bool) -> None:
+        self.url = url
+        self.token_file = token_file
+        self.explicit = explicit
+
+    def token(self) -> str | None:
+        try:
+            with open(self.token_file, encoding="ascii") as f:
+                return f.read().strip() or None
+        except FileNotFoundError:
+            if self.explicit:
+                _fail(RuntimeError(f"the token file {self.token_file} does not exist"))
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            _fail(RuntimeError(f"cannot read the token file {self.token_file}: {exc}"))
+
+
 @cli.group()
 @click.option(
     "--admin",
@@ -233,10 +313,39 @@ def playground(
     envvar="RIVULET_ADMIN",
     help="The admin endpoint of the running server (also RIVULET_ADMIN).",
 )
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="RIVULET_ADMIN_TOKEN_FILE",
+    help="The server's admin token file (its banner shows the path; also"
+    " RIVULET_ADMIN_TOKEN_FILE). Default: the one in --data-dir, else the one an in-memory"
+    " server on that port writes.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="The data directory of the server: its admin token is read from there.",
+)
 @click.pass_context
-def ctl(ctx: click.Context, admin_url: str) -> None:
-    """Operate a running server (`rivulet playground`)."""
-    ctx.obj = admin_url.rstrip("/")
+def ctl(ctx: click.Context, admin_url: str, token_file: str | None, data_dir: str | None) -> None:
+    """Operate a running server (`rivulet playground`). Requests carry the server's admin
+    token, read from a file only its owner can read."""
+    from urllib.parse import urlsplit
+
+    from rivulet.server.admin import token_path
+
+    url = admin_url.rstrip("/")
+    if token_file is not None:
+        path = token_file
+    else:
+        try:
+            port = urlsplit(url).port or 80
+        except ValueError:
+            raise click.BadParameter(f"not a URL: {admin_url}", param_hint="--admin") from None
+        path = str(token_path(data_dir, port))
+    ctx.obj = AdminTarget(url, path, explicit=token_file is not None)
 
 
 @ctl.group()
@@ -244,19 +353,39 @@ def worker() -> None:
     """Compute workers: list, add, remove (jobs are rescheduled online)."""
 
 
-def _admin_call(url: str, method: str, body: dict[str, object] | None = None) -> object:
+def _admin_call(
+    target: AdminTarget, path: str, method: str, body: dict[str, object] | None = None
+) -> object:
     import json
     import urllib.error
     import urllib.request
 
+    url = f"{target.url}{path}"
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method=method)
-    request.add_header("Content-Type", "application/json")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    token = target.token()
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        payload = json.loads(exc.read() or b"{}")
+        try:
+            payload = json.loads(exc.read() or b"{}")
+        except ValueError:
+            payload = {}
+        if exc.code == 401:
+            found = "was not accepted" if token else "was not found"
+            console.print(
+                f"[red]error:[/red] the admin endpoint at {target.url} requires the server's"
+                f" admin token; the one in {target.token_file} {found}\n"
+                'HINT: the server\'s banner shows its token file ("admin token"): pass it'
+                " with --token-file, or --data-dir for a server with a data directory.",
+                soft_wrap=True,
+            )
+            raise SystemExit(1) from None
         message = payload.get("error", str(exc))
         if payload.get("sqlstate"):
             message = f"{payload['sqlstate']}: {message}"
@@ -280,18 +409,18 @@ def _print_workers(workers: object) -> None:
 
 @worker.command("list")
 @click.pass_obj
-def worker_list(admin_url: str) -> None:
+def worker_list(target: AdminTarget) -> None:
     """The workers, their slots and how many actors each runs."""
-    _print_workers(_admin_call(f"{admin_url}/workers", "GET"))
+    _print_workers(_admin_call(target, "/workers", "GET"))
 
 
 @worker.command("add")
 @click.option("--slots", type=click.IntRange(1, 256), required=True, help="Slots it offers.")
 @click.pass_obj
-def worker_add(admin_url: str, slots: int) -> None:
+def worker_add(target: AdminTarget, slots: int) -> None:
     """Add a worker; adaptive jobs spread onto it."""
     with console.status("rescheduling jobs onto the new worker..."):
-        result = _admin_call(f"{admin_url}/workers", "POST", {"slots": slots})
+        result = _admin_call(target, "/workers", "POST", {"slots": slots})
     console.print(f"worker {result['id']} added")  # type: ignore[index]
     _print_workers(result["workers"])  # type: ignore[index]
 
@@ -299,10 +428,10 @@ def worker_add(admin_url: str, slots: int) -> None:
 @worker.command("remove")
 @click.argument("worker_id", type=int)
 @click.pass_obj
-def worker_remove(admin_url: str, worker_id: int) -> None:
+def worker_remove(target: AdminTarget, worker_id: int) -> None:
     """Remove a worker; its actors move to the others."""
     with console.status(f"moving the actors of worker {worker_id}..."):
-        result = _admin_call(f"{admin_url}/workers/{worker_id}", "DELETE")
+        result = _admin_call(target, f"/workers/{worker_id}", "DELETE")
     console.print(f"worker {worker_id} removed")
     _print_workers(result["workers"])  # type: ignore[index]
 

@@ -81,6 +81,48 @@ PARAMS: dict[str, SystemParam] = {
             " (a removed worker's actors still move).",
             _boolean,
         ),
+        # Limits of the PostgreSQL server (read when a client connects).
+        SystemParam(
+            "max_connections",
+            "100",
+            "Client connections the server accepts at once, logged in or starting;"
+            " past it a client gets 53300 'sorry, too many clients already'.",
+            _int_in(1, 10_000),
+        ),
+        SystemParam(
+            "max_startup_connections",
+            "32",
+            "Connections still in start-up or authentication at once (part of"
+            " max_connections), so that idle sockets cannot take every slot.",
+            _int_in(1, 10_000),
+        ),
+        SystemParam(
+            "authentication_timeout",
+            "60",
+            "Seconds a client has to finish start-up and authentication.",
+            _int_in(1, 600),
+        ),
+        SystemParam(
+            "auth_delay_ms",
+            "500",
+            "Milliseconds a failed login waits before its error (slows password guessing;"
+            " other clients are not held up).",
+            _int_in(0, 10_000),
+        ),
+        SystemParam(
+            "max_message_bytes",
+            str(16 << 20),
+            "The largest protocol message a logged-in client may send (a query, a Bind"
+            " with its parameters), in bytes.",
+            _int_in(1 << 16, 1 << 30),
+        ),
+        SystemParam(
+            "max_copy_data_bytes",
+            str(64 << 20),
+            "The largest CopyData message in COPY FROM STDIN, in bytes (a file arrives as"
+            " many of them).",
+            _int_in(1 << 16, 1 << 30),
+        ),
         SystemParam(
             "state_store",
             "duckdb",

@@ -9,6 +9,8 @@
   and hint), and its files are left byte for byte as they were. Never is a store silently
   made anew: a directory whose database file is gone but whose ``EPOCH`` file says
   epochs were committed is refused too.
+* The directory is private to its owner (0700, its files 0600): a directory found with
+  looser permissions (as earlier versions made them) is tightened, with a warning.
 * DuckDB runs with external access disabled and its configuration locked: SQL that reaches
   it can touch no file, load no extension and change no setting.
 * One checkpoint is one DuckDB transaction (``commit_epoch``): a crash can never leave
@@ -71,7 +73,7 @@ class DataDirLock:
 
     def acquire(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise _directory_error(self.path.parent, exc) from None
         try:
@@ -96,6 +98,42 @@ class DataDirLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 os.close(self._fd)
             self._fd = None
+
+
+def _private_directory(directory: Path) -> None:
+    """Create ``directory`` for its owner only (0700), or tighten an existing one that
+    others could enter, and the files in it, saying so: the files hold every table."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = directory.stat()
+    if not info.st_mode & 0o077:
+        return
+    if info.st_uid != os.getuid():
+        log.warning(
+            'the data directory "%s" is open to other users (mode %o) and belongs to another'
+            " user: it cannot be made private",
+            directory,
+            info.st_mode & 0o777,
+        )
+        return
+    log.warning(
+        'the data directory "%s" was open to other users (mode %o): made private (0700, its'
+        " files 0600)",
+        directory,
+        info.st_mode & 0o777,
+    )
+    os.chmod(directory, 0o700)
+    for entry in os.scandir(directory):
+        if entry.is_file(follow_symlinks=False):
+            _private_file(Path(entry.path))
+
+
+def _private_file(path: Path) -> None:
+    """Take group and other permissions off a file of the store (created by DuckDB with
+    the process umask)."""
+    with contextlib.suppress(OSError):
+        mode = path.lstat().st_mode
+        if mode & 0o077:
+            os.chmod(path, mode & 0o700)
 
 
 def _directory_error(directory: Path, exc: OSError) -> Error:
@@ -159,7 +197,7 @@ class StateStore:
         self._epoch_fd: int | None = None
         if self.directory is not None:
             try:
-                self.directory.mkdir(parents=True, exist_ok=True)
+                _private_directory(self.directory)
             except OSError as exc:
                 raise _directory_error(self.directory, exc) from None
             self._lock = DataDirLock(self.directory)
@@ -178,6 +216,8 @@ class StateStore:
                         hint=_DAMAGED_HINT,
                     )
             self._root = self._open(self.path, options)
+            if self.directory is not None:
+                _private_file(Path(self.path))
         except BaseException:
             if self._lock is not None:
                 self._lock.release()
@@ -191,7 +231,7 @@ class StateStore:
         if self.directory is not None:
             try:
                 self._epoch_fd = os.open(
-                    self.directory / EPOCH_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644
+                    self.directory / EPOCH_FILE_NAME, os.O_RDWR | os.O_CREAT, 0o600
                 )
                 self._mark_epoch(self.committed_epoch)
             except OSError as exc:

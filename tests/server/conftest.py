@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,10 +103,12 @@ def start_server(
     data_dir: str | os.PathLike[str] | None = None,
     port: int | None = None,
     args: tuple[str, ...] = (),
+    preexec_fn: Callable[[], None] | None = None,
 ) -> ServerProcess:
     """Start ``rivulet playground`` and wait until it accepts connections.
 
     The password goes through ``RIVULET_PASSWORD`` so that it stays out of the process list.
+    ``preexec_fn`` runs in the child before it starts (resource limits, say).
     """
     port = port or free_port()
     cmd = [sys.executable, "-m", "rivulet", "playground", "--port", str(port)]
@@ -121,7 +123,9 @@ def start_server(
     tmp_dir.mkdir(parents=True, exist_ok=True)
     log_path = tmp_dir / f"server-{port}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec_fn
+        )
     server = ServerProcess(
         proc,
         port,
@@ -179,12 +183,14 @@ class ServerFactory:
         password: str | None = None,
         data_dir: str | os.PathLike[str] | None = None,
         args: tuple[str, ...] = (),
+        preexec_fn: Callable[[], None] | None = None,
     ) -> ServerProcess:
         srv = start_server(
             self.tmp_dir / f"srv{len(self.started)}",
             password=password,
             data_dir=data_dir,
             args=args,
+            preexec_fn=preexec_fn,
         )
         self.started.append(srv)
         return srv

@@ -53,6 +53,8 @@ import pyarrow as pa
 import pytest
 from conftest import ServerProcess, free_port, start_server
 
+from rivulet.server.admin import TOKEN_FILE_NAME
+
 SLOTS = 2  # one worker with two slots: ADAPTIVE means 2 actors
 SERVER_ARGS = ("--workers", "1", "--slots", str(SLOTS))
 # The crash runs start with two workers of one slot each, so that one can be removed at
@@ -575,11 +577,16 @@ class CrashRun:
     def admin(self, method: str, path: str, body: object = None) -> object:
         """A request to the admin endpoint. A server that went away raises
         ``psycopg.OperationalError`` (as a statement would); an error answer fails."""
+        # The server writes a new token into its data directory at every start.
+        try:
+            token = (Path(self.data_dir) / TOKEN_FILE_NAME).read_text().strip()
+        except OSError as exc:
+            raise psycopg.OperationalError(f"admin endpoint gone: {exc}") from None
         request = urllib.request.Request(
             f"http://127.0.0.1:{self.admin_port}{path}",
             data=json.dumps(body).encode() if body is not None else None,
             method=method,
-            headers={"Content-Type": "application/json"},
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
         )
         try:
             with urllib.request.urlopen(request, timeout=120) as response:

@@ -7,40 +7,10 @@ import socket
 import struct
 
 import pytest
-
-
-def _startup_packet(user: str = "root", database: str = "dev") -> bytes:
-    body = struct.pack("!i", 196608) + f"user\0{user}\0database\0{database}\0\0".encode()
-    return struct.pack("!i", len(body) + 4) + body
-
-
-def _message(kind: bytes, body: bytes) -> bytes:
-    return kind + struct.pack("!i", len(body) + 4) + body
-
-
-def _read_until(sock: socket.socket, marker: bytes, limit: float = 5.0) -> bytes:
-    sock.settimeout(limit)
-    data = b""
-    while marker not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _drain_until_closed(sock: socket.socket, limit: float = 5.0) -> bytes:
-    """Read until the server closes the connection (it must, promptly)."""
-    sock.settimeout(limit)
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return data
-        if not chunk:
-            return data
-        data += chunk
+from wire import drain_until_closed as _drain_until_closed
+from wire import message as _message
+from wire import read_until as _read_until
+from wire import startup_packet as _startup_packet
 
 
 def _open(server) -> socket.socket:  # type: ignore[no-untyped-def]

@@ -56,8 +56,8 @@ log = logging.getLogger("rivulet.server")
 # Rows encoded per DataRow batch; output is flushed to the socket past this many bytes.
 _ROW_BATCH = 65_536
 _FLUSH_BYTES = 1 << 20
-# A client must finish start-up and authentication within this time (PostgreSQL: 60 s).
-_STARTUP_TIMEOUT_SECONDS = 60.0
+# A refused client (too many connections) gets this long to send its startup packet.
+_REFUSAL_TIMEOUT_SECONDS = 5.0
 
 # Statements whose result columns are only known by running them.
 _RUN_TO_DESCRIBE = (exp.Query, exp.Describe, dialect.ShowStatement, dialect.ExplainStatement)
@@ -137,9 +137,17 @@ def _internal(exc: BaseException) -> Error:
 
 class Connection:
     def __init__(
-        self, server: PgServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        server: PgServer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        refusal: Error | None = None,
     ) -> None:
         self.server = server
+        # Set when the server cannot take this client: it is told so after its startup
+        # packet (so that its SSL negotiation and a CancelRequest still work).
+        self.refusal = refusal
         self.reader = m.MessageReader(reader)
         self.writer = writer
         self.out = bytearray()
@@ -171,8 +179,8 @@ class Connection:
         if self.session is not None and self.session.in_transaction:
             self.transaction_failed = True
 
-    def _fatal(self, sqlstate: str, text: str) -> None:
-        self.out += m.error_response(sqlstate, text, severity="FATAL")
+    def _fatal(self, sqlstate: str, text: str, hint: str | None = None) -> None:
+        self.out += m.error_response(sqlstate, text, severity="FATAL", hint=hint)
 
     @property
     def timezone(self) -> str:
@@ -182,15 +190,20 @@ class Connection:
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> None:
         """Serve the client until it leaves; never raises (except cancellation)."""
+        timeout = (
+            _REFUSAL_TIMEOUT_SECONDS
+            if self.refusal is not None
+            else float(self.server.param("authentication_timeout"))
+        )
         try:
-            if await asyncio.wait_for(self._startup(), _STARTUP_TIMEOUT_SECONDS):
+            if await asyncio.wait_for(self._startup(), timeout):
                 await self._serve()
         except TimeoutError:
-            log.info("client did not finish start-up within %ss", _STARTUP_TIMEOUT_SECONDS)
+            log.info("client did not finish start-up within %gs", timeout)
         except (m.ClientGone, ConnectionError, asyncio.IncompleteReadError):
             pass
         except m.ProtocolError as exc:
-            self.out += m.error_response(exc.sqlstate, exc.message, severity="FATAL")
+            self.out += m.error_response(exc.sqlstate, exc.message, severity="FATAL", hint=exc.hint)
         except Error as exc:  # during start-up: the connection cannot go on
             self.out += m.error_from(exc, severity="FATAL")
         except asyncio.CancelledError:
@@ -239,6 +252,9 @@ class Connection:
             raise m.ProtocolError(
                 f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}: server supports 3.0"
             )
+        if self.refusal is not None:
+            self.out += m.error_from(self.refusal, severity="FATAL")
+            return False
         params = m.parse_startup_params(body)
         unsupported = [k for k in params if k.startswith("_pq_.")]
         if code & 0xFFFF or unsupported:
@@ -266,6 +282,13 @@ class Connection:
         self.process_id = session.id
         self.secret_key = secrets.randbits(31)
         self.server.register(self)
+        # Logged in: messages may now be as large as the system parameters allow.
+        self.reader.max_length = self.server.param("max_message_bytes")
+        self.reader.max_copy_length = self.server.param("max_copy_data_bytes")
+        self.reader.limit_hint = (
+            "The limits are the system parameters max_message_bytes and, for CopyData,"
+            " max_copy_data_bytes (ALTER SYSTEM SET)."
+        )
         self.out += m.AUTH_OK
         for name, value in session.config.reported():
             self.out += m.parameter_status(name, value)
@@ -316,11 +339,18 @@ class Connection:
             kind, body = await self.reader.read_message()
             if kind != b"p":
                 raise m.ProtocolError(f"expected SASL response, got message type {kind!r}")
-            b = m.Body(body)
-            mechanism = b.cstring()
-            if mechanism != MECHANISM:
-                self._fatal(INVALID_AUTHORIZATION, f"unsupported SASL mechanism {mechanism!r}")
+            mechanism, _, initial = body.partition(b"\0")
+            if mechanism != MECHANISM.encode():
+                # Never echoed: a client that sent a cleartext password sent it here.
+                log.info("authentication of user %r failed: not a SASL response", self.user)
+                self._fatal(
+                    INVALID_AUTHORIZATION,
+                    "client selected an invalid SASL authentication mechanism",
+                    hint=f"The server offers {MECHANISM} only.",
+                )
+                await self._auth_delay()
                 return False
+            b = m.Body(initial)
             length = b.int32()
             first = b.bytes(length) if length >= 0 else b""
             self.out += m.auth_sasl_continue(exchange.first(first))
@@ -333,7 +363,15 @@ class Connection:
         except AuthFailed as exc:
             log.info("authentication of user %r failed: %s", self.user, exc)
             self._fatal(INVALID_PASSWORD, f'password authentication failed for user "{self.user}"')
+            await self._auth_delay()
             return False
+
+    async def _auth_delay(self) -> None:
+        """Wait before a failed login's error (PostgreSQL's auth_delay), on the loop, so
+        that password guessing is slow and other clients go on meanwhile."""
+        delay = self.server.param("auth_delay_ms")
+        if delay:
+            await asyncio.sleep(delay / 1000)
 
     # ------------------------------------------------------------ main loop
     async def _serve(self) -> None:

@@ -19,10 +19,12 @@ SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
 
-# A startup packet is small; a regular message may be large (COPY data, big parameters)
-# but not unbounded: PostgreSQL refuses anything over 1 GiB.
+# A startup packet is small (PostgreSQL: 10,000 bytes), and so is every message before
+# login (SASL messages: 64 KiB, as PostgreSQL). After login the connection raises the
+# bound to the system parameters ``max_message_bytes`` / ``max_copy_data_bytes``. A
+# length over the bound is refused before anything of the body is read.
 MAX_STARTUP_LENGTH = 10_000
-MAX_MESSAGE_LENGTH = 1 << 30
+MAX_STARTUP_MESSAGE_LENGTH = 1 << 16
 
 # How much to ask the socket for at once.
 _READ_SIZE = 1 << 16
@@ -35,10 +37,13 @@ _TYPE_LEN = struct.Struct("!ci")
 class ProtocolError(Exception):
     """The client broke the protocol; the connection cannot go on."""
 
-    def __init__(self, message: str, sqlstate: str = PROTOCOL_VIOLATION) -> None:
+    def __init__(
+        self, message: str, sqlstate: str = PROTOCOL_VIOLATION, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.sqlstate = sqlstate
+        self.hint = hint
 
 
 class ClientGone(Exception):
@@ -53,6 +58,10 @@ class MessageReader:
         self._stream = stream
         self._buf = bytearray()
         self._pos = 0
+        # The largest message body accepted (CopyData apart), and where that bound is set.
+        self.max_length = MAX_STARTUP_MESSAGE_LENGTH
+        self.max_copy_length = MAX_STARTUP_MESSAGE_LENGTH
+        self.limit_hint: str | None = None
 
     async def _fill(self, need: int) -> None:
         """Make ``need`` bytes available after the read position."""
@@ -91,8 +100,15 @@ class MessageReader:
         if len(self._buf) - self._pos < 5:
             await self._fill(5)
         kind, length = _TYPE_LEN.unpack_from(self._buf, self._pos)
-        if length < 4 or length > MAX_MESSAGE_LENGTH:
+        if length < 4:
             raise ProtocolError(f"invalid message length {length} for message type {kind!r}")
+        limit = self.max_copy_length if kind == b"d" else self.max_length
+        if length - 4 > limit:
+            raise ProtocolError(
+                f"invalid message length: {length - 4} bytes for message type {kind!r},"
+                f" over the limit of {limit} bytes",
+                hint=self.limit_hint,
+            )
         if len(self._buf) - self._pos < length + 1:
             await self._fill(length + 1)
         self._pos += 5
