@@ -10,6 +10,7 @@ named as PostgreSQL names them, session functions answer from the session).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from rivulet.common.chunk import VNODE_COLUMN
 from rivulet.common.errors import (
     FEATURE_NOT_SUPPORTED,
+    PROGRAM_LIMIT_EXCEEDED,
     SYNTAX_ERROR,
     UNDEFINED_FUNCTION,
     UNDEFINED_TABLE,
@@ -33,6 +35,7 @@ from rivulet.meta.catalog import (
     Catalog,
     TableCatalog,
 )
+from rivulet.meta.system_params import DEFAULT_MAX_VALUE_BYTES
 from rivulet.sql.functions import (
     ALLOWED_ANONYMOUS,
     ALLOWED_NODE_TYPES,
@@ -42,12 +45,14 @@ from rivulet.sql.functions import (
     function_name,
 )
 from rivulet.sql.scope import names_a_cte
+from rivulet.sql.session_config import duckdb_zone
 from rivulet.sql.system_catalog import (
     MACRO_NAMES,
     SYS_SCHEMA,
     SystemCatalog,
 )
 from rivulet.sql.system_catalog.rewrite import rewrite_pg_syntax
+from rivulet.sql.timezones import is_utc, localize
 from rivulet.sql.windows import (
     WindowCall,
     hop_first_start_sql,
@@ -75,6 +80,8 @@ class BindContext:
     session_id: int = 0
     server_version: str = ""
     setting: Callable[[str], str | None] = field(default=lambda _name: None)
+    # The system parameter max_value_bytes: the largest value a function may build.
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
 
 
 @dataclass
@@ -215,6 +222,12 @@ class Binder:
                         ast = replacement
                     else:
                         node.replace(replacement)
+            elif isinstance(node, exp.DPipe):
+                call = self.sys_call("rw_concat_op", node.this, node.expression, self._cap())
+                if node is ast:
+                    ast = call
+                else:
+                    node.replace(call)
             elif isinstance(node, exp.Div | exp.Mod):
                 fn = "rw_div" if isinstance(node, exp.Div) else "rw_mod"
                 call = self.sys_call(fn, node.this, node.expression)
@@ -239,6 +252,9 @@ class Binder:
                 escape.set("this", node)
         # Rewrites that repeat an argument run last, on arguments already bound: a copy
         # taken before binding would reach DuckDB with its relations unchecked.
+        zone = duckdb_zone(self.ctx.setting("timezone") or "UTC")
+        if not is_utc(zone):
+            ast = localize(ast, zone)
         for node in list(ast.find_all(exp.Anonymous)):
             if node.name.lower() == "pg_typeof" and len(node.expressions) == 1:
                 replacement = _pg_typeof(node.expressions[0])
@@ -378,9 +394,14 @@ class Binder:
                 )
                 for a in list(node.expressions)
             ]
-            return exp.Anonymous(this="printf", expressions=[node.this, *args])
+            _check_format_widths(node.this, self.ctx.max_value_bytes)
+            printf = exp.Anonymous(this="printf", expressions=[node.this, *args])
+            return self.sys_call("rw_bounded", printf, self._cap(), exp.Literal.string("format()"))
         if isinstance(node, exp.Hex):
             return exp.Lower(this=exp.Hex(this=node.this))  # to_hex(255) is 'ff'
+        checked = self._checked_function(node)
+        if checked is not None:
+            return checked
         if type(node) in ALLOWED_NODE_TYPES:
             return node
         raise sql_error(
@@ -388,6 +409,50 @@ class Binder:
             f"function {function_name(node)}() is not supported",
             position=position_of(node),
         )
+
+    def _cap(self) -> exp.Expression:
+        return exp.Literal.number(self.ctx.max_value_bytes)
+
+    def _checked_function(self, node: exp.Func) -> exp.Expression | None:
+        """PostgreSQL's errors where DuckDB returns NaN or an infinity (2201E, 2201F,
+        22003), and values bounded by max_value_bytes (54000): the call as a ``rw_sys``
+        macro that checks, or None when ``node`` needs no check."""
+        if isinstance(node, exp.Sqrt):
+            return self.sys_call("rw_sqrt", node.this)
+        if isinstance(node, exp.Ln):
+            return self.sys_call("rw_ln", node.this)
+        if isinstance(node, exp.Log):
+            if node.expression is None:
+                return self.sys_call("rw_log10", node.this)
+            return self.sys_call("rw_log", node.this, node.expression)
+        if isinstance(node, exp.Exp):
+            return self.sys_call("rw_exp", node.this)
+        if isinstance(node, exp.Pow):
+            return self.sys_call("rw_pow", node.this, node.expression)
+        cap = self._cap()
+        if isinstance(node, exp.Repeat):
+            return self.sys_call("rw_repeat", node.this, node.args["times"], cap)
+        if isinstance(node, exp.Pad):
+            fill = node.args.get("fill_pattern") or exp.Literal.string(" ")
+            fn = "rw_lpad" if node.args.get("is_left") else "rw_rpad"
+            return self.sys_call(fn, node.this, node.expression, fill, cap)
+        if isinstance(node, exp.Replace) and node.args.get("replacement") is not None:
+            return self.sys_call(
+                "rw_replace", node.this, node.expression, node.args["replacement"], cap
+            )
+        if isinstance(node, exp.Concat | exp.GroupConcat) and not node.meta.get(_BOUNDED):
+            # Their size follows their inputs': the result is checked once it is built.
+            name = "string_agg()" if isinstance(node, exp.GroupConcat) else "concat()"
+            target: exp.Expression = node
+            while isinstance(target.parent, exp.Window | exp.Filter | exp.WithinGroup):
+                target = target.parent
+            parent, key, index = target.parent, target.arg_key, target.index
+            wrapper = self.sys_call("rw_bounded", target, cap, exp.Literal.string(name))
+            if parent is None:
+                return wrapper
+            parent.set(key, wrapper, index)
+            node.meta[_BOUNDED] = True
+        return None
 
     def _session_function(self, name: str, args: list[exp.Expression]) -> exp.Expression:
         ctx = self.ctx
@@ -580,6 +645,25 @@ def _pg_typeof(arg: exp.Expression) -> exp.Expression:
     return case.else_(exp.Lower(this=typeof()))
 
 
+# Marks a call whose result is checked already (the binder sees it again inside the check).
+_BOUNDED = "rw_bounded"
+_FORMAT_WIDTH = re.compile(r"%(?:\d+\$)?-?(\d+)")
+
+
+def _check_format_widths(fmt: exp.Expression, cap: int) -> None:
+    """``format('%2000000000s', ...)`` is refused before it pads anything."""
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        return
+    for m in _FORMAT_WIDTH.finditer(fmt.this):
+        if int(m.group(1)) > cap:
+            raise sql_error(
+                PROGRAM_LIMIT_EXCEEDED,
+                f"requested length too large: format() width {m.group(1)} is over"
+                f" max_value_bytes ({cap})",
+                hint="ALTER SYSTEM SET max_value_bytes raises the limit (at most 1 GB).",
+            )
+
+
 def _is_bare_numeric(to: object) -> bool:
     return (
         isinstance(to, exp.DataType)
@@ -644,7 +728,12 @@ def pg_output_name(e: exp.Expression) -> str:
         return e.name
     if isinstance(e, exp.Cast | exp.TryCast):
         inner = pg_output_name(e.this)
-        if inner != "?column?":
+        # A name only as weak as a type's (a cast's, CASE's) gives way to the outer type:
+        # '...'::timestamp::timestamptz is "timestamptz".
+        arg = e.this
+        while isinstance(arg, exp.Paren):
+            arg = arg.this
+        if inner != "?column?" and not isinstance(arg, exp.Cast | exp.TryCast | exp.Case):
             return inner
         to = e.args.get("to")
         if isinstance(to, exp.DataType):
@@ -657,6 +746,8 @@ def pg_output_name(e: exp.Expression) -> str:
         return pg_output_name(e.this)
     if isinstance(e, exp.Interval):
         return "interval"
+    if isinstance(e, exp.AtTimeZone):
+        return "timezone"
     if isinstance(e, exp.Pad):
         return "lpad" if e.args.get("is_left") else "rpad"
     if isinstance(e, exp.Dot) and isinstance(e.expression, exp.Anonymous):

@@ -23,6 +23,7 @@ from rivulet.common.errors import (
     INVALID_TEXT_REPRESENTATION,
     NOT_NULL_VIOLATION,
     NUMERIC_VALUE_OUT_OF_RANGE,
+    PROGRAM_LIMIT_EXCEEDED,
     QUERY_CANCELED,
     SYNTAX_ERROR,
     UNDEFINED_COLUMN,
@@ -32,7 +33,12 @@ from rivulet.common.errors import (
     Error,
     sql_error,
 )
+from rivulet.sql.system_catalog.macros import ERROR_STATES
 
+_VALUE_LIMIT_HINT = (
+    "A value may hold at most max_value_bytes bytes (SHOW PARAMETERS);"
+    " ALTER SYSTEM SET max_value_bytes = ... raises the limit, up to 1 GB."
+)
 _PREFIX = re.compile(r"^[A-Za-z ]+ Error: ", re.S)
 _STATE_PREFIXES = ("state.", "rw_sys.", "meta.")
 
@@ -181,6 +187,10 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
     if "more than one row returned by a subquery" in low:
         return sql_error("21000", "more than one row returned by a subquery used as an expression")
     if isinstance(exc, duckdb.InvalidInputException):
+        for start, code in ERROR_STATES.items():
+            if msg.startswith(start):
+                hint = _VALUE_LIMIT_HINT if code == PROGRAM_LIMIT_EXCEEDED else None
+                return sql_error(code, msg, hint=hint)
         # Raised by the catalog macros for 'x'::regclass and friends (system_catalog).
         m = re.fullmatch(r'(relation|type|function|schema|role) "(.*)" does not exist', msg)
         if m:
