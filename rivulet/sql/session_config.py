@@ -53,6 +53,25 @@ def _timezone(value: str) -> str:
     return v
 
 
+def zone_offset(timezone: str) -> str | None:
+    """A numeric ``timezone`` as an ISO 8601 offset ``+HH:MM`` (positive east), or None
+    for a zone name. PostgreSQL reads a bare number (``-5``) as ISO 8601 does, and an
+    ``HH:MM`` offset (``+05:30``) as a POSIX zone does: positive west of Greenwich."""
+    m = re.fullmatch(r"([+-]?)(\d{1,2})(?::(\d{2}))?", timezone.strip())
+    if m is None:
+        return None
+    east = m.group(1) != "-"
+    if m.group(3) is not None:
+        east = not east
+    return f"{'+' if east else '-'}{int(m.group(2)):02d}:{m.group(3) or '00'}"
+
+
+def duckdb_zone(timezone: str) -> str:
+    """The session's ``timezone`` as DuckDB's ICU names it (offsets as ``GMT+hh:mm``)."""
+    offset = zone_offset(timezone)
+    return timezone.strip() if offset is None else f"GMT{offset}"
+
+
 def _parallelism(value: str) -> str:
     v = value.strip().lower()
     if v in ("default", "adaptive", "auto", "0"):

@@ -98,9 +98,12 @@ def test_bytea_hex_and_timestamps() -> None:
     assert codec.text_array(tz, T.TIMESTAMPTZ, "America/New_York").to_pylist() == [
         "2024-07-01 06:00:00-04"
     ]
+    # As PostgreSQL reads them: an HH:MM offset is POSIX (positive west), a bare number
+    # ISO 8601 (positive east).
     assert codec.text_array(tz, T.TIMESTAMPTZ, "+05:30").to_pylist() == [
-        "2024-07-01 15:30:00+05:30"
+        "2024-07-01 04:30:00-05:30"
     ]
+    assert codec.text_array(tz, T.TIMESTAMPTZ, "5").to_pylist() == ["2024-07-01 15:00:00+05"]
 
 
 def test_array_text_quoting() -> None:

@@ -1,10 +1,96 @@
-"""Rivulet against a real PostgreSQL 15: the same statements, the same answers."""
+"""Rivulet against a real PostgreSQL 15: the same statements, the same answers (rows as
+the servers' text, or the same SQLSTATE when both fail)."""
 
 from __future__ import annotations
 
+import pytest
 from postgres_reference import Pair
 
 
 def test_reference_server_answers(pg_pair: Pair) -> None:
     pg_pair.assert_same("SELECT 1 AS a, 'x'::text AS b, NULL::int AS c")
     pg_pair.assert_same("SELECT 1 / 0")
+
+
+MATH = [
+    "SELECT sqrt(-1)",
+    "SELECT sqrt(-1.0)",
+    "SELECT sqrt(-1::float8)",
+    "SELECT sqrt(16), sqrt(2::float8)",
+    "SELECT ln(0)",
+    "SELECT ln(0.0)",
+    "SELECT ln(-1)",
+    "SELECT ln(-1::float8)",
+    "SELECT log(0)",
+    "SELECT log(-1)",
+    "SELECT log10(0)",
+    "SELECT log(2, 0)",
+    "SELECT log(1, 8)",
+    "SELECT 10 ^ 400",
+    "SELECT 10::float8 ^ 400",
+    "SELECT power(10, 400)",
+    "SELECT power(10::float8, 400)",
+    "SELECT 0 ^ -1",
+    "SELECT (-8) ^ 0.5",
+    "SELECT (-8::float8) ^ 0.5",
+    "SELECT 2 ^ 10 AS a, (-2) ^ 3 AS b, 4::float8 ^ 0.5 AS c",
+    "SELECT exp(1000)",
+    "SELECT exp(1000::float8)",
+    "SELECT exp(0)",
+    "SELECT 'Infinity'::float8 ^ 2 AS a, sqrt('NaN'::float8)",
+]
+
+
+@pytest.mark.parametrize("sql", MATH)
+def test_math_errors(pg_pair: Pair, sql: str) -> None:
+    pg_pair.assert_same(sql)
+
+
+TIMEZONE = [
+    "SELECT '2024-01-01 00:00:00'::timestamptz, '2024-07-01 00:00:00'::timestamptz",
+    "SELECT timestamptz '2024-01-01 00:00:00'",
+    "SELECT '2024-06-01 12:00:00 UTC'::timestamptz, '2024-06-01T12:00:00Z'::timestamptz",
+    "SELECT '2024-06-01'::timestamptz, '2024-03-10 02:30:00'::timestamptz",
+    "SELECT extract(hour from '2024-01-01 12:00:00+00'::timestamptz)",
+    "SELECT date_part('hour', '2024-01-01 12:00:00+00'::timestamptz) AS h",
+    "SELECT extract(day from '2024-01-01 02:00:00+00'::timestamptz)",
+    "SELECT extract(timezone from '2024-01-01 00:00:00+00'::timestamptz)",
+    "SELECT extract(timezone_hour from '2024-07-01 00:00:00+00'::timestamptz)",
+    "SELECT date_trunc('day', '2024-01-01 02:00:00+00'::timestamptz)",
+    "SELECT to_char('2024-01-01 02:00:00+00'::timestamptz, 'YYYY-MM-DD HH24')",
+    "SELECT '2024-07-01 00:00:00'::timestamp::timestamptz",
+    "SELECT '2024-07-01 00:00:00+02'::timestamptz::timestamp",
+    "SELECT '2024-07-01 01:00:00+02'::timestamptz::date",
+    "SELECT id, tz, ts, d FROM {t} ORDER BY id",
+    "SELECT id, tz::timestamp, tz::date, ts::timestamptz, d::timestamptz, s::timestamptz"
+    " FROM {t} ORDER BY id",
+    "SELECT id, extract(hour from tz), extract(day from tz), extract(hour from ts),"
+    " extract(hour from iv), extract(dow from tz) FROM {t} ORDER BY id",
+    "SELECT id, date_trunc('day', tz), date_trunc('hour', tz), date_trunc('day', ts),"
+    " date_trunc('month', tz) FROM {t} ORDER BY id",
+    "SELECT id, to_char(tz, 'YYYY-MM-DD HH24:MI'), to_char(ts, 'YYYY-MM-DD HH24:MI')"
+    " FROM {t} ORDER BY id",
+    "SELECT tz AT TIME ZONE 'UTC', ts AT TIME ZONE 'UTC' FROM {t} ORDER BY id",
+    "SELECT count(*) FROM {t} WHERE tz::date = '2024-03-10'",
+]
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Kolkata", "-5", "+05:30", "UTC"])
+@pytest.mark.parametrize("sql", TIMEZONE)
+def test_session_timezone(pg_pair: Pair, table_name: str, zone: str, sql: str) -> None:
+    if "{t}" in sql:
+        pg_pair.setup(
+            f"CREATE TABLE {table_name} (id int, ts timestamp, tz timestamptz, d date,"
+            " iv interval, s text)",
+            f"INSERT INTO {table_name} VALUES"
+            " (1, '2024-03-10 12:00:00', '2024-03-10 12:00:00+00', '2024-03-10',"
+            " '1 day 02:03:04', '2024-03-10 01:30:00'),"
+            " (2, '2024-11-03 01:30:00', '2024-11-03 05:30:00+00', '2024-11-03', '-5 hours',"
+            " '2024-11-03 12:00:00-07')",
+        )
+    pg_pair.setup(f"SET timezone = '{zone}'")
+    try:
+        pg_pair.assert_same(sql.format(t=table_name))
+    finally:
+        if "{t}" in sql:
+            pg_pair.setup(f"DROP TABLE {table_name}")

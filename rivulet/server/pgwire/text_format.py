@@ -35,6 +35,7 @@ from rivulet.server.pgwire.rows import (
     per_value,
     string_array,
 )
+from rivulet.sql.session_config import zone_offset
 
 _TRIM_FRACTION = r"(\.\d*?[1-9])0+$|\.0+$"
 
@@ -158,11 +159,7 @@ def arrow_zone(timezone: str) -> str:
     tz = timezone.strip()
     if tz.upper() in ("UTC", "GMT", "Z", ""):
         return "UTC"
-    if tz[:1] in "+-" or tz[:1].isdigit():
-        sign = "-" if tz.startswith("-") else "+"
-        hours, _, minutes = tz.lstrip("+-").partition(":")
-        return f"{sign}{int(hours):02d}:{int(minutes or 0):02d}"
-    return tz
+    return zone_offset(tz) or tz
 
 
 def _interval_text(arr: pa.Array) -> pa.Array:
