@@ -94,3 +94,53 @@ def test_session_timezone(pg_pair: Pair, table_name: str, zone: str, sql: str) -
     finally:
         if "{t}" in sql:
             pg_pair.setup(f"DROP TABLE {table_name}")
+
+
+COPY_INPUTS = [
+    ("text", b"1\tok\n2\tok\n"),
+    ("text", b"1\tab\x00c\n"),
+    ("text", b"1\tok\n2\tab\x00c\n"),
+    ("text", b"1\tok\n2\t\xff\xfe\n"),
+    ("text", b"1\tabc\\\n"),
+    ("text", b"1\tok\n2\tabc\\"),
+    ("text", b"1\tok\n2\tline\\\nbreak\n"),
+    ("text", b"1\tok\n2\tok\n3\tabc\\\n4\tx\n"),
+    ("text", b"1\tok\nx\tok\n"),
+    ("text", b"1\tok\n12\tok\n2\n"),
+    ("text", b"1\tok\n2\tok\tmore\n"),
+    ("text", b"1\ta\\\\\n2\t\\\\\n3\tx\\\\\\"),
+    ("csv", b'1,"abc\n2,x\n'),
+    ("csv", b'1,"a\nb"\n2,"c""d"\n'),
+    ("csv", b"1,ok\nx,ok\n"),
+    ("csv", b'1,"a\x00b"\n'),
+    ("csv", b"1,ok\n2\n"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "data"), COPY_INPUTS, ids=[f"{f}-{d[:24]!r}" for f, d in COPY_INPUTS]
+)
+def test_copy_from_errors(pg_pair: Pair, table_name: str, fmt: str, data: bytes) -> None:
+    """COPY FROM refuses what PostgreSQL refuses, with its SQLSTATE, message and the line
+    in the context; what it accepts reads the same."""
+    pg_pair.setup(f"CREATE TABLE {table_name} (a int, b text)")
+    try:
+        options = " WITH (FORMAT csv)" if fmt == "csv" else ""
+        pg_pair.assert_same(f"COPY {table_name} FROM STDIN{options}", copy_data=data, messages=True)
+        pg_pair.assert_same(f"SELECT a, b FROM {table_name} ORDER BY a")
+    finally:
+        pg_pair.setup(f"DROP TABLE {table_name}")
+
+
+def test_copy_unterminated_quote_names_the_line(pg_pair: Pair, table_name: str) -> None:
+    """The record that opens the quote is named (PostgreSQL names the line after it when
+    the data ends right after that record's first line)."""
+    pg_pair.setup(f"CREATE TABLE {table_name} (a int, b text)")
+    try:
+        ours, theirs = pg_pair.run(
+            f"COPY {table_name} FROM STDIN WITH (FORMAT csv)", copy_data=b'1,ok\n2,ok\n3,"abc\n'
+        )
+        assert (ours.sqlstate, ours.message) == (theirs.sqlstate, theirs.message)
+        assert ours.context == f'COPY {table_name}, line 3: "3,"abc\n"'
+    finally:
+        pg_pair.setup(f"DROP TABLE {table_name}")
