@@ -309,7 +309,7 @@ def test_json_values(conn: psycopg.Connection) -> None:
     assert json.loads(conn.execute("select '[1, 2]'::jsonb::varchar").fetchone()[0]) == [1, 2]
 
 
-def test_client_encoding_in_the_startup_packet(server: ServerProcess) -> None:
+def test_client_encoding_in_the_startup_packet(server) -> None:  # type: ignore[no-untyped-def]
     """UTF8 under any spelling is accepted at start-up; an encoding Rivulet would have to
     convert is refused there, as a FATAL 22023 with a hint."""
     with psycopg.connect(server.dsn(client_encoding="utf-8"), autocommit=True) as conn:
