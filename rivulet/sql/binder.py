@@ -40,6 +40,7 @@ from rivulet.sql.functions import (
     ALLOWED_ANONYMOUS,
     ALLOWED_NODE_TYPES,
     ALLOWED_TABLE_FUNCTIONS,
+    JSON_TABLE_FUNCTIONS,
     SESSION_FUNCTIONS,
     SESSION_NODE_NAMES,
     function_name,
@@ -243,6 +244,12 @@ class Binder:
                     node.replace(bound_op)
             elif isinstance(node, exp.Collate):
                 node.replace(node.this)
+            elif (
+                isinstance(node, exp.Lateral)
+                and isinstance(node.this, exp.Anonymous)
+                and node.this.name.lower() in JSON_TABLE_FUNCTIONS
+            ):
+                node.replace(self._json_table(node.this, node.args.get("alias")))
             elif isinstance(node, exp.Command | exp.Pragma | exp.Set):
                 raise sql_error(SYNTAX_ERROR, "unexpected statement inside a query")
             elif isinstance(node, exp.Like | exp.ILike) and not isinstance(node.parent, exp.Escape):
@@ -270,6 +277,9 @@ class Binder:
         inner = table.this
         if isinstance(inner, exp.Func):
             name = function_name(inner)
+            if name in JSON_TABLE_FUNCTIONS:
+                table.replace(self._json_table(inner, table.args.get("alias")))
+                return
             if name not in ALLOWED_TABLE_FUNCTIONS and not isinstance(
                 inner, exp.ExplodingGenerateSeries | exp.GenerateSeries | exp.Explode | exp.Unnest
             ):
@@ -295,6 +305,28 @@ class Binder:
         if isinstance(relation, exp.Table):
             relation.meta[INTERNAL] = True
         table.replace(relation)
+
+    def _json_table(self, call: exp.Func, alias: exp.Expression | None) -> exp.Expression:
+        """``jsonb_each(x)`` and its kin in FROM: a subquery over DuckDB's ``json_each`` with
+        PostgreSQL's columns (correlated when ``x`` names a column of the FROM before it)."""
+        name = function_name(call)
+        args = call.expressions if isinstance(call, exp.Anonymous) else [call.this]
+        if len(args) != 1:
+            raise sql_error(
+                UNDEFINED_FUNCTION,
+                f"function {name}() takes one argument",
+                position=position_of(call),
+            )
+        select = sqlglot.parse_one(JSON_TABLE_FUNCTIONS[name], read=DUCKDB)
+        for node in select.walk():  # built here: the walk that goes on leaves them
+            if isinstance(node, exp.Func | exp.Table):
+                node.meta[INTERNAL] = True
+        call.meta[INTERNAL] = True
+        placeholder = next(n for n in select.find_all(exp.Column) if n.name == "_rw_arg")
+        placeholder.replace(args[0])
+        if alias is None:
+            alias = exp.TableAlias(this=exp.to_identifier(name))
+        return exp.Subquery(this=select, alias=alias)
 
     def _window_relation(self, item: exp.Table, call: WindowCall, ctes: set[str]) -> exp.Expression:
         """TUMBLE / HOP as a DuckDB subquery giving the windows a materialized view gets:

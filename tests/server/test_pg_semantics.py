@@ -90,7 +90,7 @@ def test_session_timezone(pg_pair: Pair, table_name: str, zone: str, sql: str) -
         )
     pg_pair.setup(f"SET timezone = '{zone}'")
     try:
-        pg_pair.assert_same(sql.format(t=table_name))
+        pg_pair.assert_same(sql.replace("{t}", table_name))
     finally:
         if "{t}" in sql:
             pg_pair.setup(f"DROP TABLE {table_name}")
@@ -142,5 +142,38 @@ def test_copy_unterminated_quote_names_the_line(pg_pair: Pair, table_name: str) 
         )
         assert (ours.sqlstate, ours.message) == (theirs.sqlstate, theirs.message)
         assert ours.context == f'COPY {table_name}, line 3: "3,"abc\n"'
+    finally:
+        pg_pair.setup(f"DROP TABLE {table_name}")
+
+
+JSON_TABLES = [
+    """SELECT * FROM jsonb_each('{"a":1,"b":"x","c":null,"d":[1,2],"e":{"f":true}}'::jsonb)
+       ORDER BY key""",
+    """SELECT * FROM jsonb_each_text('{"a":1,"b":"x","c":null,"d":true}'::jsonb) ORDER BY key""",
+    """SELECT * FROM json_each('{"a":1,"b":"x"}'::json) ORDER BY key""",
+    """SELECT * FROM json_each_text('{"a":1,"b":"x"}'::json) ORDER BY key""",
+    """SELECT e.k, e.v FROM jsonb_each('{"a":1}'::jsonb) AS e(k, v)""",
+    """SELECT jsonb_each.key FROM jsonb_each('{"a":1}'::jsonb)""",
+    "SELECT * FROM jsonb_each('[1,2]'::jsonb)",
+    "SELECT * FROM jsonb_each(NULL::jsonb)",
+    """SELECT * FROM jsonb_array_elements('[1,"a",null,{"b":2}]'::jsonb)""",
+    """SELECT * FROM jsonb_array_elements_text('[1,"a",null]'::jsonb)""",
+    """SELECT * FROM jsonb_array_elements('{"a":1}'::jsonb)""",
+    "SELECT * FROM jsonb_array_elements('1'::jsonb)",
+    "SELECT id, key, value FROM {t}, jsonb_each({t}.j) ORDER BY id, key",
+    "SELECT id, e.key, e.value FROM {t} CROSS JOIN LATERAL jsonb_each_text({t}.j) AS e"
+    " ORDER BY id, e.key",
+    "SELECT id, k FROM {t}, jsonb_each(j) AS x(k, v) WHERE v::text = '2'",
+]
+
+
+@pytest.mark.parametrize("sql", JSON_TABLES)
+def test_json_table_functions(pg_pair: Pair, table_name: str, sql: str) -> None:
+    pg_pair.setup(
+        f"CREATE TABLE {table_name} (id int, j jsonb)",
+        f"""INSERT INTO {table_name} VALUES (1, '{{"a":1,"b":2}}'), (2, '{{"c":"z"}}')""",
+    )
+    try:
+        pg_pair.assert_same(sql.replace("{t}", table_name))
     finally:
         pg_pair.setup(f"DROP TABLE {table_name}")

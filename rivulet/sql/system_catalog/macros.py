@@ -134,6 +134,11 @@ PURE: dict[str, str] = {
     # The zone's offset from UTC at an instant, in seconds (extract(timezone from x)).
     "rw_zone_offset": f"""(x, zone) AS CAST(epoch({S}.rw_wall_clock(x, zone))
         - epoch(CAST(CAST(x AS VARCHAR) AS TIMESTAMPTZ)) AS BIGINT)""",
+    # The argument of jsonb_each (an object) or jsonb_array_elements (an array).
+    "rw_json_kind": """(j, kind, fn) AS CASE WHEN j IS NULL OR json_type(j) = kind THEN j
+        WHEN kind = 'OBJECT' THEN error('cannot call ' || fn || ' on a non-object')
+        WHEN json_type(j) = 'OBJECT' THEN error('cannot extract elements from an object')
+        ELSE error('cannot extract elements from a scalar') END""",
     # Streaming jobs: a row's error yields NULL instead of failing the job.
     "rw_div_safe": "(a, b) AS a / nullif(b, 0)",
     "rw_mod_safe": "(a, b) AS a % nullif(b, 0)",
