@@ -15,6 +15,7 @@ from rivulet.common.errors import (
     AMBIGUOUS_COLUMN,
     DATA_CORRUPTED,
     DATATYPE_MISMATCH,
+    DATETIME_FIELD_OVERFLOW,
     DIVISION_BY_ZERO,
     FEATURE_NOT_SUPPORTED,
     INSUFFICIENT_PRIVILEGE,
@@ -159,6 +160,10 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
         return sql_error(
             "42846", f"cannot cast type {_pg_type(m.group(1))} to {_pg_type(m.group(2))}"
         )
+    if "not in timestamp range" in low:
+        return sql_error(DATETIME_FIELD_OVERFLOW, "timestamp out of range")
+    if low.startswith("date out of range"):
+        return sql_error(DATETIME_FIELD_OVERFLOW, "date out of range")
     m = re.search(r'invalid (date|timestamp) field format: "([^"]*)"', msg)
     if m:
         return sql_error(

@@ -289,3 +289,14 @@ def test_tiny_results_take_a_shortcut_to_the_same_bytes(
         else b""
     )
     assert codec.encode_rows(data, types, formats, "UTC") == expected
+
+
+def test_dates_past_four_digit_years() -> None:
+    days = pa.array([-2440588, -719163, 0, 2145042905, None], pa.int32()).cast(pa.date32())
+    assert codec.text_array(days, T.DATE).to_pylist() == [
+        "4714-11-24 BC",
+        "0001-12-31 BC",
+        "1970-01-01",
+        "5874897-12-31",
+        None,
+    ]

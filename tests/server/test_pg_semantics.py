@@ -177,3 +177,23 @@ def test_json_table_functions(pg_pair: Pair, table_name: str, sql: str) -> None:
         pg_pair.assert_same(sql.replace("{t}", table_name))
     finally:
         pg_pair.setup(f"DROP TABLE {table_name}")
+
+
+DATE_RANGE = [
+    "SELECT '5874897-12-31'::date + 1",
+    "SELECT '5874897-12-31'::date",
+    "SELECT '5874898-01-01'::date",
+    "SELECT '2024-01-01'::date + 100000000",
+    "SELECT '2024-01-01'::date + 2000000000",
+    "SELECT '2024-01-01'::date - 3000000",
+    "SELECT '5874897-12-31'::date + interval '1 day'",
+    "SELECT '294000-01-01'::timestamp + interval '1000 years'",
+    "SELECT '0001-01-01'::date - 1",
+    "SELECT '12000-01-01'::date, '12000-01-01 10:00:00'::timestamp",
+    "SELECT d FROM (VALUES ('2024-01-01'::date), ('9999-12-31'::date + 5)) v(d) ORDER BY d",
+]
+
+
+@pytest.mark.parametrize("sql", DATE_RANGE)
+def test_date_range(pg_pair: Pair, sql: str) -> None:
+    pg_pair.assert_same(sql)
