@@ -396,6 +396,8 @@ class Binder:
                 return self._session_function(name, node.expressions)
             if name in MACRO_NAMES:
                 return self.sys_call(name, *node.expressions)
+            if name == "octet_length" and len(node.expressions) == 1:
+                return self.sys_call("rw_octet_length", *node.expressions)
             if name in ALLOWED_ANONYMOUS:
                 return node
             raise sql_error(

@@ -37,6 +37,12 @@ MATH = [
     "SELECT exp(1000)",
     "SELECT exp(1000::float8)",
     "SELECT exp(0)",
+    "SELECT exp(-1000)",
+    "SELECT exp(-1000::float8)",
+    "SELECT 10::float8 ^ -400",
+    "SELECT power(10, -400)",
+    "SELECT octet_length('héllo'), octet_length('\\x0102'::bytea)",
+    "SELECT lpad('hi', 5, ''), rpad('hello', 3, ''), lpad('hi', 5, 'ab')",
     "SELECT 'Infinity'::float8 ^ 2 AS a, sqrt('NaN'::float8)",
 ]
 

@@ -81,16 +81,28 @@ PURE: dict[str, str] = {
     "rw_log10": f"(x) AS log10({S}.rw_log_arg(x))",
     "rw_log": f"(b, x) AS log(CASE WHEN b = 1 THEN error('division by zero')"
     f" ELSE {S}.rw_log_arg(b) END, {S}.rw_log_arg(x))",
+    # PostgreSQL computes numeric ^ and exp exactly, where a tiny result is no error.
+    "rw_is_numeric": "(x) AS typeof(x) LIKE 'DECIMAL%'",
     "rw_pow_base": "(a, b) AS CASE"
     " WHEN a = 0 AND b < 0 THEN error('zero raised to a negative power is undefined')"
     " WHEN a < 0 AND b <> floor(b)"
     " THEN error('a negative number raised to a non-integer power yields a complex result')"
     " ELSE a END",
-    "rw_pow": f"(a, b) AS CASE WHEN isinf(power({S}.rw_pow_base(a, b), b))"
-    " AND NOT isinf(CAST(a AS DOUBLE)) AND NOT isinf(CAST(b AS DOUBLE))"
-    f" THEN error('value out of range: overflow') ELSE power({S}.rw_pow_base(a, b), b) END",
-    "rw_exp": "(x) AS CASE WHEN isinf(exp(x)) AND NOT isinf(CAST(x AS DOUBLE))"
-    " THEN error('value out of range: overflow') ELSE exp(x) END",
+    "rw_pow": f"""(a, b) AS CASE WHEN isinf(power({S}.rw_pow_base(a, b), b))
+            AND NOT isinf(CAST(a AS DOUBLE)) AND NOT isinf(CAST(b AS DOUBLE))
+        THEN error('value out of range: overflow')
+        WHEN power({S}.rw_pow_base(a, b), b) = 0 AND a <> 0 AND NOT isinf(CAST(b AS DOUBLE))
+            AND NOT {S}.rw_is_numeric(a) AND NOT {S}.rw_is_numeric(b)
+        THEN error('value out of range: underflow')
+        ELSE power({S}.rw_pow_base(a, b), b) END""",
+    "rw_exp": f"""(x) AS CASE WHEN isinf(exp(x)) AND NOT isinf(CAST(x AS DOUBLE))
+        THEN error('value out of range: overflow')
+        WHEN exp(x) = 0 AND NOT isinf(CAST(x AS DOUBLE)) AND NOT {S}.rw_is_numeric(x)
+        THEN error('value out of range: underflow')
+        ELSE exp(x) END""",
+    # octet_length of text (DuckDB's takes bytes only).
+    "rw_octet_length": "(x) AS CASE WHEN typeof(x) = 'BLOB' THEN octet_length(CAST(x AS BLOB))"
+    " ELSE strlen(CAST(x AS VARCHAR)) END",
     # Values are bounded (max_value_bytes, passed as ``cap``): ``rw_len_ok`` is ``v``, or an
     # error when the value about to be built would have ``n`` bytes, over the cap. Guards
     # wrap the argument that sets the size, so nothing oversized is ever allocated; the
@@ -104,8 +116,11 @@ PURE: dict[str, str] = {
     "rw_pad_len": f"(s, n, fill, cap, fn) AS {S}.rw_len_ok(n, CAST(n AS DOUBLE) * greatest("
     " strlen(fill) / greatest(length(fill), 1), strlen(s) / greatest(length(s), 1), 1),"
     " cap, fn)",
-    "rw_lpad": f"(s, n, fill, cap) AS lpad(s, {S}.rw_pad_len(s, n, fill, cap, 'lpad()'), fill)",
-    "rw_rpad": f"(s, n, fill, cap) AS rpad(s, {S}.rw_pad_len(s, n, fill, cap, 'rpad()'), fill)",
+    # An empty fill pads nothing (PostgreSQL), where DuckDB raises.
+    "rw_lpad": f"""(s, n, fill, cap) AS CASE WHEN fill = '' THEN left(s, greatest(n, 0))
+        ELSE lpad(s, {S}.rw_pad_len(s, n, fill, cap, 'lpad()'), nullif(fill, '')) END""",
+    "rw_rpad": f"""(s, n, fill, cap) AS CASE WHEN fill = '' THEN left(s, greatest(n, 0))
+        ELSE rpad(s, {S}.rw_pad_len(s, n, fill, cap, 'rpad()'), nullif(fill, '')) END""",
     "rw_replace": f"(s, f, t, cap) AS replace(s, f, {S}.rw_len_ok(t, CASE"
     " WHEN strlen(t) <= strlen(f) THEN 0"
     " ELSE strlen(s) + (strlen(s) - strlen(replace(s, f, ''))) // greatest(strlen(f), 1)"
