@@ -85,6 +85,11 @@ def _localized(node: exp.Expression, zone: exp.Expression) -> exp.Expression | N
             return None
         unit_sql = unit.name.lower() if not isinstance(unit, exp.Literal) else unit.this.lower()
         return _call("rw_date_trunc", exp.Literal.string(unit_sql), node.this, zone.copy())
+    if isinstance(node, exp.CurrentDate | exp.Localtimestamp | exp.Localtime):
+        # Today and the time of day are the session's.
+        wall = _call("rw_wall_clock", exp.CurrentTimestamp(), zone.copy())
+        kind = {exp.CurrentDate: "DATE", exp.Localtimestamp: "TIMESTAMP"}.get(type(node), "TIME")
+        return exp.Cast(this=wall, to=exp.DataType.build(kind))
     if isinstance(node, exp.TimeToStr):
         x = node.this
         wall = _call("rw_wall_clock", x.copy(), zone.copy())
@@ -99,7 +104,16 @@ def localize(ast: exp.Expression, zone: str) -> exp.Expression:
     """``ast`` with its timestamptz readings done in ``zone`` (a DuckDB zone name).
     Innermost calls first: an outer rewrite copies arguments already rewritten."""
     zone_literal = exp.Literal.string(zone)
-    kinds = (exp.Cast, exp.Extract, exp.TimestampTrunc, exp.DateTrunc, exp.TimeToStr)
+    kinds = (
+        exp.Cast,
+        exp.Extract,
+        exp.TimestampTrunc,
+        exp.DateTrunc,
+        exp.TimeToStr,
+        exp.CurrentDate,
+        exp.Localtimestamp,
+        exp.Localtime,
+    )
     for node in reversed(list(ast.find_all(*kinds, bfs=False))):
         replacement = _localized(node, zone_literal)
         if replacement is None:

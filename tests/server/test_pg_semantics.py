@@ -203,3 +203,15 @@ DATE_RANGE = [
 @pytest.mark.parametrize("sql", DATE_RANGE)
 def test_date_range(pg_pair: Pair, sql: str) -> None:
     pg_pair.assert_same(sql)
+
+
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Pacific/Pago_Pago"])
+def test_today_is_the_sessions(pg_pair: Pair, zone: str) -> None:
+    """current_date and localtimestamp are the session's (these zones are 25 hours apart:
+    at any instant at least one of them has another date than UTC)."""
+    pg_pair.setup(f"SET timezone = '{zone}'")
+    pg_pair.assert_same(
+        f"SELECT current_date = (now() AT TIME ZONE '{zone}')::date AS today,"
+        f" localtimestamp - (now() AT TIME ZONE '{zone}') < interval '1 minute' AS now,"
+        " pg_typeof(current_date) AS t1, pg_typeof(localtimestamp) AS t2"
+    )
