@@ -215,3 +215,18 @@ def test_today_is_the_sessions(pg_pair: Pair, zone: str) -> None:
         f" localtimestamp - (now() AT TIME ZONE '{zone}') < interval '1 minute' AS now,"
         " pg_typeof(current_date) AS t1, pg_typeof(localtimestamp) AS t2"
     )
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT repeat('x', 2000000000)",
+        "SELECT lpad('x', 2000000000)",
+        "SELECT rpad('x', 2000000000, 'ab')",
+        "SELECT repeat('ab', 3), repeat('x', -1), lpad('7', 3, '0')",
+    ],
+)
+def test_oversized_values(pg_pair: Pair, sql: str) -> None:
+    """PostgreSQL refuses these past its 1 GB field limit, Rivulet past max_value_bytes:
+    both with 54000."""
+    pg_pair.assert_same(sql)
