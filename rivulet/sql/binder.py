@@ -52,6 +52,7 @@ from rivulet.sql.system_catalog import (
     SYS_SCHEMA,
     SystemCatalog,
 )
+from rivulet.sql.system_catalog.macros import VALUE_LIMIT_HINT
 from rivulet.sql.system_catalog.rewrite import rewrite_pg_syntax
 from rivulet.sql.timezones import is_utc, localize
 from rivulet.sql.windows import (
@@ -694,7 +695,7 @@ def _check_format_widths(fmt: exp.Expression, cap: int) -> None:
                 PROGRAM_LIMIT_EXCEEDED,
                 f"requested length too large: format() width {m.group(1)} is over"
                 f" max_value_bytes ({cap})",
-                hint="ALTER SYSTEM SET max_value_bytes raises the limit (at most 1 GB).",
+                hint=VALUE_LIMIT_HINT,
             )
 
 

@@ -34,12 +34,8 @@ from rivulet.common.errors import (
     Error,
     sql_error,
 )
-from rivulet.sql.system_catalog.macros import ERROR_STATES
+from rivulet.sql.system_catalog.macros import ERROR_STATES, VALUE_LIMIT_HINT
 
-_VALUE_LIMIT_HINT = (
-    "A value may hold at most max_value_bytes bytes (SHOW PARAMETERS);"
-    " ALTER SYSTEM SET max_value_bytes = ... raises the limit, up to 1 GB."
-)
 _PREFIX = re.compile(r"^[A-Za-z ]+ Error: ", re.S)
 _STATE_PREFIXES = ("state.", "rw_sys.", "meta.")
 
@@ -194,7 +190,7 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
     if isinstance(exc, duckdb.InvalidInputException):
         for start, code in ERROR_STATES.items():
             if msg.startswith(start):
-                hint = _VALUE_LIMIT_HINT if code == PROGRAM_LIMIT_EXCEEDED else None
+                hint = VALUE_LIMIT_HINT if code == PROGRAM_LIMIT_EXCEEDED else None
                 return sql_error(code, msg, hint=hint)
         # Raised by the catalog macros for 'x'::regclass and friends (system_catalog).
         m = re.fullmatch(r'(relation|type|function|schema|role) "(.*)" does not exist', msg)

@@ -334,6 +334,11 @@ LOOKUP: dict[str, str] = {
           CAST(role_oid AS VARCHAR)) END""",
 }
 
+VALUE_LIMIT_HINT = (
+    "A value may hold at most max_value_bytes bytes (SHOW PARAMETERS);"
+    " ALTER SYSTEM SET max_value_bytes = ... raises the limit, up to 1 GB."
+)
+
 # The SQLSTATE of each error the macros raise, by the start of its message.
 ERROR_STATES: dict[str, str] = {
     "cannot take square root of a negative number": "2201F",
