@@ -415,6 +415,8 @@ class Binder:
             return self._session_function(SESSION_NODE_NAMES[type(node)], args)
         if isinstance(node, exp.Cast) and (literal := _bytea_literal(node)) is not None:
             return literal
+        if isinstance(node, exp.Cast):
+            _read_bc(node)
         if isinstance(node, exp.Cast) and _is_bare_numeric(node.args.get("to")):
             # DuckDB's bare DECIMAL is DECIMAL(18,3): x::numeric would keep 3 decimals.
             node.set("to", exp.DataType.build(NUMERIC.duckdb, dialect="duckdb"))
@@ -697,6 +699,27 @@ def _check_format_widths(fmt: exp.Expression, cap: int) -> None:
                 f" max_value_bytes ({cap})",
                 hint=VALUE_LIMIT_HINT,
             )
+
+
+_DATE_TYPES = (
+    exp.DataType.Type.DATE,
+    exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPTZ,
+)
+_BC = re.compile(r"\s+BC\s*$", re.IGNORECASE)
+
+
+def _read_bc(node: exp.Cast) -> None:
+    """'4713-11-24 BC'::date as PostgreSQL reads it (DuckDB writes the era '(BC)')."""
+    to, literal = node.args.get("to"), node.this
+    if (
+        isinstance(to, exp.DataType)
+        and to.this in _DATE_TYPES
+        and isinstance(literal, exp.Literal)
+        and literal.is_string
+        and _BC.search(literal.this)
+    ):
+        node.set("this", exp.Literal.string(_BC.sub(" (BC)", literal.this)))
 
 
 def _is_bare_numeric(to: object) -> bool:

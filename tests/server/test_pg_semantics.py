@@ -195,6 +195,8 @@ DATE_RANGE = [
     "SELECT '5874897-12-31'::date + interval '1 day'",
     "SELECT '294000-01-01'::timestamp + interval '1000 years'",
     "SELECT '0001-01-01'::date - 1",
+    "SELECT '4713-11-24 BC'::date, date '0044-03-15 BC', '0001-01-01 BC'::date + 1",
+    "SELECT '4714-11-23 BC'::date",
     "SELECT '12000-01-01'::date, '12000-01-01 10:00:00'::timestamp",
     "SELECT d FROM (VALUES ('2024-01-01'::date), ('9999-12-31'::date + 5)) v(d) ORDER BY d",
 ]
