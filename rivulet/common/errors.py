@@ -1,7 +1,8 @@
 """Errors users see: PEP 249 classes, each carrying a SQLSTATE, a hint and a position.
 
 Every layer raises these; the embedded API re-exports them and the pgwire server turns
-them into ErrorResponse fields (C = sqlstate, M = message, H = hint, P = position).
+them into ErrorResponse fields (C = sqlstate, M = message, H = hint, P = position,
+W = context).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class Error(Exception):
         hint: str | None = None,
         detail: str | None = None,
         position: int | None = None,
+        context: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -32,6 +34,8 @@ class Error(Exception):
         self.detail = detail
         # 1-based character offset into the statement text, as PostgreSQL reports it.
         self.position = position
+        # Where it happened, as PostgreSQL's CONTEXT says it ("COPY t, line 3").
+        self.context = context
 
     def __str__(self) -> str:
         text = self.message
@@ -126,6 +130,9 @@ INVALID_COLUMN_REFERENCE = "42P10"
 PROGRAM_LIMIT_EXCEEDED = "54000"
 INSUFFICIENT_RESOURCES = "53000"
 TOO_MANY_CONNECTIONS = "53300"
+INVALID_ARGUMENT_FOR_LOG = "2201E"
+INVALID_ARGUMENT_FOR_POWER = "2201F"
+CHARACTER_NOT_IN_REPERTOIRE = "22021"
 
 
 def error_class_for(sqlstate: str) -> type[Error]:
@@ -143,7 +150,7 @@ def error_class_for(sqlstate: str) -> type[Error]:
         return ProgrammingError
     if cls in ("08",):
         return InterfaceError
-    if cls in ("55", "57", "53", "58", "F0"):
+    if cls in ("54", "55", "57", "53", "58", "F0"):
         return OperationalError
     return InternalError
 
@@ -155,10 +162,11 @@ def sql_error(
     hint: str | None = None,
     detail: str | None = None,
     position: int | None = None,
+    context: str | None = None,
 ) -> Error:
     """Build the right PEP 249 error for a SQLSTATE."""
     return error_class_for(sqlstate)(
-        message, sqlstate=sqlstate, hint=hint, detail=detail, position=position
+        message, sqlstate=sqlstate, hint=hint, detail=detail, position=position, context=context
     )
 
 

@@ -50,6 +50,14 @@ def _boolean(name: str, value: str) -> str:
     )
 
 
+# PostgreSQL's limit on one value (MaxAllocSize, 1 GB - 1).
+MAX_ALLOC_BYTES = 1024 * 1024 * 1024 - 1
+# Lower than PostgreSQL's: a value is copied several times on its way to a client (DuckDB's
+# string, the Arrow result, its text form, the wire buffer), so one 1 GB value costs a few
+# GB of memory that every session shares.
+DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class SystemParam:
     name: str
@@ -124,6 +132,13 @@ PARAMS: dict[str, SystemParam] = {
             _int_in(1 << 16, 1 << 30),
         ),
         SystemParam(
+            "max_value_bytes",
+            str(DEFAULT_MAX_VALUE_BYTES),
+            "The largest text value a function may build (repeat, lpad, ||, string_agg...);"
+            " larger ones fail with SQLSTATE 54000 before they are built.",
+            _int_in(1024, MAX_ALLOC_BYTES),
+        ),
+        SystemParam(
             "state_store",
             "duckdb",
             "Where operator state and tables are stored.",
@@ -150,6 +165,8 @@ class SystemParams:
             .fetchall()
         )
         self._values = {name: stored.get(name, p.default) for name, p in PARAMS.items()}
+        # Bumped on every committed change: statements bound with the old values are stale.
+        self.version = 0
         # Called with (name, value) once a change is committed.
         self.on_change: list[Callable[[str, str], None]] = []
 
@@ -187,5 +204,6 @@ class SystemParams:
 
     def _changed(self, name: str, value: str) -> None:
         self._values[name] = value
+        self.version += 1
         for fn in self.on_change:
             fn(name, value)

@@ -10,6 +10,7 @@ named as PostgreSQL names them, session functions answer from the session).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,6 +21,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from rivulet.common.chunk import VNODE_COLUMN
 from rivulet.common.errors import (
     FEATURE_NOT_SUPPORTED,
+    PROGRAM_LIMIT_EXCEEDED,
     SYNTAX_ERROR,
     UNDEFINED_FUNCTION,
     UNDEFINED_TABLE,
@@ -33,21 +35,26 @@ from rivulet.meta.catalog import (
     Catalog,
     TableCatalog,
 )
+from rivulet.meta.system_params import DEFAULT_MAX_VALUE_BYTES
 from rivulet.sql.functions import (
     ALLOWED_ANONYMOUS,
     ALLOWED_NODE_TYPES,
     ALLOWED_TABLE_FUNCTIONS,
+    JSON_TABLE_FUNCTIONS,
     SESSION_FUNCTIONS,
     SESSION_NODE_NAMES,
     function_name,
 )
 from rivulet.sql.scope import names_a_cte
+from rivulet.sql.session_config import duckdb_zone
 from rivulet.sql.system_catalog import (
     MACRO_NAMES,
     SYS_SCHEMA,
     SystemCatalog,
 )
+from rivulet.sql.system_catalog.macros import VALUE_LIMIT_HINT
 from rivulet.sql.system_catalog.rewrite import rewrite_pg_syntax
+from rivulet.sql.timezones import is_utc, localize
 from rivulet.sql.windows import (
     WindowCall,
     hop_first_start_sql,
@@ -75,6 +82,8 @@ class BindContext:
     session_id: int = 0
     server_version: str = ""
     setting: Callable[[str], str | None] = field(default=lambda _name: None)
+    # The system parameter max_value_bytes: the largest value a function may build.
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
 
 
 @dataclass
@@ -215,6 +224,12 @@ class Binder:
                         ast = replacement
                     else:
                         node.replace(replacement)
+            elif isinstance(node, exp.DPipe):
+                call = self.sys_call("rw_concat_op", node.this, node.expression, self._cap())
+                if node is ast:
+                    ast = call
+                else:
+                    node.replace(call)
             elif isinstance(node, exp.Div | exp.Mod):
                 fn = "rw_div" if isinstance(node, exp.Div) else "rw_mod"
                 call = self.sys_call(fn, node.this, node.expression)
@@ -230,6 +245,12 @@ class Binder:
                     node.replace(bound_op)
             elif isinstance(node, exp.Collate):
                 node.replace(node.this)
+            elif (
+                isinstance(node, exp.Lateral)
+                and isinstance(node.this, exp.Anonymous)
+                and node.this.name.lower() in JSON_TABLE_FUNCTIONS
+            ):
+                node.replace(self._json_table(node.this, node.args.get("alias")))
             elif isinstance(node, exp.Command | exp.Pragma | exp.Set):
                 raise sql_error(SYNTAX_ERROR, "unexpected statement inside a query")
             elif isinstance(node, exp.Like | exp.ILike) and not isinstance(node.parent, exp.Escape):
@@ -239,6 +260,9 @@ class Binder:
                 escape.set("this", node)
         # Rewrites that repeat an argument run last, on arguments already bound: a copy
         # taken before binding would reach DuckDB with its relations unchecked.
+        zone = duckdb_zone(self.ctx.setting("timezone") or "UTC")
+        if not is_utc(zone):
+            ast = localize(ast, zone)
         for node in list(ast.find_all(exp.Anonymous)):
             if node.name.lower() == "pg_typeof" and len(node.expressions) == 1:
                 replacement = _pg_typeof(node.expressions[0])
@@ -254,6 +278,9 @@ class Binder:
         inner = table.this
         if isinstance(inner, exp.Func):
             name = function_name(inner)
+            if name in JSON_TABLE_FUNCTIONS:
+                table.replace(self._json_table(inner, table.args.get("alias")))
+                return
             if name not in ALLOWED_TABLE_FUNCTIONS and not isinstance(
                 inner, exp.ExplodingGenerateSeries | exp.GenerateSeries | exp.Explode | exp.Unnest
             ):
@@ -279,6 +306,28 @@ class Binder:
         if isinstance(relation, exp.Table):
             relation.meta[INTERNAL] = True
         table.replace(relation)
+
+    def _json_table(self, call: exp.Func, alias: exp.Expression | None) -> exp.Expression:
+        """``jsonb_each(x)`` and its kin in FROM: a subquery over DuckDB's ``json_each`` with
+        PostgreSQL's columns (correlated when ``x`` names a column of the FROM before it)."""
+        name = function_name(call)
+        args = call.expressions if isinstance(call, exp.Anonymous) else [call.this]
+        if len(args) != 1:
+            raise sql_error(
+                UNDEFINED_FUNCTION,
+                f"function {name}() takes one argument",
+                position=position_of(call),
+            )
+        select = sqlglot.parse_one(JSON_TABLE_FUNCTIONS[name], read=DUCKDB)
+        for node in select.walk():  # built here: the walk that goes on leaves them
+            if isinstance(node, exp.Func | exp.Table):
+                node.meta[INTERNAL] = True
+        call.meta[INTERNAL] = True
+        placeholder = next(n for n in select.find_all(exp.Column) if n.name == "_rw_arg")
+        placeholder.replace(args[0])
+        if alias is None:
+            alias = exp.TableAlias(this=exp.to_identifier(name))
+        return exp.Subquery(this=select, alias=alias)
 
     def _window_relation(self, item: exp.Table, call: WindowCall, ctes: set[str]) -> exp.Expression:
         """TUMBLE / HOP as a DuckDB subquery giving the windows a materialized view gets:
@@ -348,6 +397,8 @@ class Binder:
                 return self._session_function(name, node.expressions)
             if name in MACRO_NAMES:
                 return self.sys_call(name, *node.expressions)
+            if name == "octet_length" and len(node.expressions) == 1:
+                return self.sys_call("rw_octet_length", *node.expressions)
             if name in ALLOWED_ANONYMOUS:
                 return node
             raise sql_error(
@@ -364,6 +415,8 @@ class Binder:
             return self._session_function(SESSION_NODE_NAMES[type(node)], args)
         if isinstance(node, exp.Cast) and (literal := _bytea_literal(node)) is not None:
             return literal
+        if isinstance(node, exp.Cast):
+            _read_bc(node)
         if isinstance(node, exp.Cast) and _is_bare_numeric(node.args.get("to")):
             # DuckDB's bare DECIMAL is DECIMAL(18,3): x::numeric would keep 3 decimals.
             node.set("to", exp.DataType.build(NUMERIC.duckdb, dialect="duckdb"))
@@ -378,9 +431,14 @@ class Binder:
                 )
                 for a in list(node.expressions)
             ]
-            return exp.Anonymous(this="printf", expressions=[node.this, *args])
+            _check_format_widths(node.this, self.ctx.max_value_bytes)
+            printf = exp.Anonymous(this="printf", expressions=[node.this, *args])
+            return self.sys_call("rw_bounded", printf, self._cap(), exp.Literal.string("format()"))
         if isinstance(node, exp.Hex):
             return exp.Lower(this=exp.Hex(this=node.this))  # to_hex(255) is 'ff'
+        checked = self._checked_function(node)
+        if checked is not None:
+            return checked
         if type(node) in ALLOWED_NODE_TYPES:
             return node
         raise sql_error(
@@ -388,6 +446,50 @@ class Binder:
             f"function {function_name(node)}() is not supported",
             position=position_of(node),
         )
+
+    def _cap(self) -> exp.Expression:
+        return exp.Literal.number(self.ctx.max_value_bytes)
+
+    def _checked_function(self, node: exp.Func) -> exp.Expression | None:
+        """PostgreSQL's errors where DuckDB returns NaN or an infinity (2201E, 2201F,
+        22003), and values bounded by max_value_bytes (54000): the call as a ``rw_sys``
+        macro that checks, or None when ``node`` needs no check."""
+        if isinstance(node, exp.Sqrt):
+            return self.sys_call("rw_sqrt", node.this)
+        if isinstance(node, exp.Ln):
+            return self.sys_call("rw_ln", node.this)
+        if isinstance(node, exp.Log):
+            if node.expression is None:
+                return self.sys_call("rw_log10", node.this)
+            return self.sys_call("rw_log", node.this, node.expression)
+        if isinstance(node, exp.Exp):
+            return self.sys_call("rw_exp", node.this)
+        if isinstance(node, exp.Pow):
+            return self.sys_call("rw_pow", node.this, node.expression)
+        cap = self._cap()
+        if isinstance(node, exp.Repeat):
+            return self.sys_call("rw_repeat", node.this, node.args["times"], cap)
+        if isinstance(node, exp.Pad):
+            fill = node.args.get("fill_pattern") or exp.Literal.string(" ")
+            fn = "rw_lpad" if node.args.get("is_left") else "rw_rpad"
+            return self.sys_call(fn, node.this, node.expression, fill, cap)
+        if isinstance(node, exp.Replace) and node.args.get("replacement") is not None:
+            return self.sys_call(
+                "rw_replace", node.this, node.expression, node.args["replacement"], cap
+            )
+        if isinstance(node, exp.Concat | exp.GroupConcat) and not node.meta.get(_BOUNDED):
+            # Their size follows their inputs': the result is checked once it is built.
+            name = "string_agg()" if isinstance(node, exp.GroupConcat) else "concat()"
+            target: exp.Expression = node
+            while isinstance(target.parent, exp.Window | exp.Filter | exp.WithinGroup):
+                target = target.parent
+            parent, key, index = target.parent, target.arg_key, target.index
+            wrapper = self.sys_call("rw_bounded", target, cap, exp.Literal.string(name))
+            if parent is None:
+                return wrapper
+            parent.set(key, wrapper, index)
+            node.meta[_BOUNDED] = True
+        return None
 
     def _session_function(self, name: str, args: list[exp.Expression]) -> exp.Expression:
         ctx = self.ctx
@@ -580,6 +682,46 @@ def _pg_typeof(arg: exp.Expression) -> exp.Expression:
     return case.else_(exp.Lower(this=typeof()))
 
 
+# Marks a call whose result is checked already (the binder sees it again inside the check).
+_BOUNDED = "rw_bounded"
+_FORMAT_WIDTH = re.compile(r"%(?:\d+\$)?-?(\d+)")
+
+
+def _check_format_widths(fmt: exp.Expression, cap: int) -> None:
+    """``format('%2000000000s', ...)`` is refused before it pads anything."""
+    if not (isinstance(fmt, exp.Literal) and fmt.is_string):
+        return
+    for m in _FORMAT_WIDTH.finditer(fmt.this):
+        if int(m.group(1)) > cap:
+            raise sql_error(
+                PROGRAM_LIMIT_EXCEEDED,
+                f"requested length too large: format() width {m.group(1)} is over"
+                f" max_value_bytes ({cap})",
+                hint=VALUE_LIMIT_HINT,
+            )
+
+
+_DATE_TYPES = (
+    exp.DataType.Type.DATE,
+    exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPTZ,
+)
+_BC = re.compile(r"\s+BC\s*$", re.IGNORECASE)
+
+
+def _read_bc(node: exp.Cast) -> None:
+    """'4713-11-24 BC'::date as PostgreSQL reads it (DuckDB writes the era '(BC)')."""
+    to, literal = node.args.get("to"), node.this
+    if (
+        isinstance(to, exp.DataType)
+        and to.this in _DATE_TYPES
+        and isinstance(literal, exp.Literal)
+        and literal.is_string
+        and _BC.search(literal.this)
+    ):
+        node.set("this", exp.Literal.string(_BC.sub(" (BC)", literal.this)))
+
+
 def _is_bare_numeric(to: object) -> bool:
     return (
         isinstance(to, exp.DataType)
@@ -644,7 +786,12 @@ def pg_output_name(e: exp.Expression) -> str:
         return e.name
     if isinstance(e, exp.Cast | exp.TryCast):
         inner = pg_output_name(e.this)
-        if inner != "?column?":
+        # A name only as weak as a type's (a cast's, CASE's) gives way to the outer type:
+        # '...'::timestamp::timestamptz is "timestamptz".
+        arg = e.this
+        while isinstance(arg, exp.Paren):
+            arg = arg.this
+        if inner != "?column?" and not isinstance(arg, exp.Cast | exp.TryCast | exp.Case):
             return inner
         to = e.args.get("to")
         if isinstance(to, exp.DataType):
@@ -657,6 +804,8 @@ def pg_output_name(e: exp.Expression) -> str:
         return pg_output_name(e.this)
     if isinstance(e, exp.Interval):
         return "interval"
+    if isinstance(e, exp.AtTimeZone):
+        return "timezone"
     if isinstance(e, exp.Pad):
         return "lpad" if e.args.get("is_left") else "rpad"
     if isinstance(e, exp.Dot) and isinstance(e.expression, exp.Anonymous):

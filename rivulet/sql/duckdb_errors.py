@@ -15,6 +15,7 @@ from rivulet.common.errors import (
     AMBIGUOUS_COLUMN,
     DATA_CORRUPTED,
     DATATYPE_MISMATCH,
+    DATETIME_FIELD_OVERFLOW,
     DIVISION_BY_ZERO,
     FEATURE_NOT_SUPPORTED,
     INSUFFICIENT_PRIVILEGE,
@@ -23,6 +24,7 @@ from rivulet.common.errors import (
     INVALID_TEXT_REPRESENTATION,
     NOT_NULL_VIOLATION,
     NUMERIC_VALUE_OUT_OF_RANGE,
+    PROGRAM_LIMIT_EXCEEDED,
     QUERY_CANCELED,
     SYNTAX_ERROR,
     UNDEFINED_COLUMN,
@@ -32,6 +34,7 @@ from rivulet.common.errors import (
     Error,
     sql_error,
 )
+from rivulet.sql.system_catalog.macros import ERROR_STATES, VALUE_LIMIT_HINT
 
 _PREFIX = re.compile(r"^[A-Za-z ]+ Error: ", re.S)
 _STATE_PREFIXES = ("state.", "rw_sys.", "meta.")
@@ -153,6 +156,10 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
         return sql_error(
             "42846", f"cannot cast type {_pg_type(m.group(1))} to {_pg_type(m.group(2))}"
         )
+    if "not in timestamp range" in low:
+        return sql_error(DATETIME_FIELD_OVERFLOW, "timestamp out of range")
+    if low.startswith("date out of range"):
+        return sql_error(DATETIME_FIELD_OVERFLOW, "date out of range")
     m = re.search(r'invalid (date|timestamp) field format: "([^"]*)"', msg)
     if m:
         return sql_error(
@@ -181,6 +188,10 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
     if "more than one row returned by a subquery" in low:
         return sql_error("21000", "more than one row returned by a subquery used as an expression")
     if isinstance(exc, duckdb.InvalidInputException):
+        for start, code in ERROR_STATES.items():
+            if msg.startswith(start):
+                hint = VALUE_LIMIT_HINT if code == PROGRAM_LIMIT_EXCEEDED else None
+                return sql_error(code, msg, hint=hint)
         # Raised by the catalog macros for 'x'::regclass and friends (system_catalog).
         m = re.fullmatch(r'(relation|type|function|schema|role) "(.*)" does not exist', msg)
         if m:

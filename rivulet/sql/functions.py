@@ -455,9 +455,32 @@ SESSION_NODE_NAMES: dict[type[exp.Expression], str] = {
 }
 
 # Table functions a FROM clause may call.
-ALLOWED_TABLE_FUNCTIONS = frozenset(
-    {"generate_series", "unnest", "range", "jsonb_array_elements", "jsonb_each"}
+ALLOWED_TABLE_FUNCTIONS = frozenset({"generate_series", "unnest", "range"})
+
+# PostgreSQL's JSON set-returning functions, as queries over DuckDB's json_each of
+# ``_rw_arg``: the binder puts them in FROM as subqueries with PostgreSQL's columns.
+_EACH = (
+    "SELECT key, {value} AS value FROM json_each(rw_sys.rw_json_kind(_rw_arg, 'OBJECT', '{fn}'))"
 )
+_ELEMENTS = "SELECT {value} AS value FROM json_each(rw_sys.rw_json_kind(_rw_arg, 'ARRAY', '{fn}'))"
+_AS_JSON = "CAST(value AS JSON)"
+# The ``_text`` forms: strings without their quotes, JSON null as SQL NULL.
+_AS_TEXT = (
+    "CASE WHEN type = 'NULL' THEN NULL WHEN type = 'VARCHAR' THEN json_extract_string(value, '$')"
+    " ELSE CAST(value AS VARCHAR) END"
+)
+JSON_TABLE_FUNCTIONS: dict[str, str] = {
+    **{fn: _EACH.format(value=_AS_JSON, fn=fn) for fn in ("jsonb_each", "json_each")},
+    **{fn: _EACH.format(value=_AS_TEXT, fn=fn) for fn in ("jsonb_each_text", "json_each_text")},
+    **{
+        fn: _ELEMENTS.format(value=_AS_JSON, fn=fn)
+        for fn in ("jsonb_array_elements", "json_array_elements")
+    },
+    **{
+        fn: _ELEMENTS.format(value=_AS_TEXT, fn=fn)
+        for fn in ("jsonb_array_elements_text", "json_array_elements_text")
+    },
+}
 
 
 def function_name(node: exp.Expression) -> str:

@@ -40,7 +40,7 @@ class Session:
         self.transaction_read_only = False
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
-        self._bind_cache: OrderedDict[tuple[str, int, int], BoundQuery] = OrderedDict()
+        self._bind_cache: OrderedDict[tuple[str, int, int, int], BoundQuery] = OrderedDict()
         self._running_cursor: duckdb.DuckDBPyConnection | None = None
         self._cancel_requested = False
         self._running_task: asyncio.Task[object] | None = None
@@ -67,7 +67,7 @@ class Session:
     def bind_query(self, stmt: Statement) -> BoundQuery:
         """Bind a query, reusing the binding of the same text while neither the catalog
         nor this session's variables changed (binding is a pure function of those)."""
-        key = (stmt.text, self.ctx.catalog.version, self.config.version)
+        key = (stmt.text, self.ctx.catalog.version, self.config.version, self.ctx.params.version)
         bound = self._bind_cache.get(key)
         if bound is None:
             bound = Binder(self.bind_context()).bind_query(stmt.ast)
@@ -88,6 +88,7 @@ class Session:
             session_id=self.id,
             server_version=VERSION_STRING,
             setting=self.config.get,
+            max_value_bytes=int(self.ctx.params.get("max_value_bytes")),
         )
 
     # -------------------------------------------------------------- executing

@@ -53,6 +53,36 @@ def _timezone(value: str) -> str:
     return v
 
 
+def zone_offset(timezone: str) -> str | None:
+    """A numeric ``timezone`` as an ISO 8601 offset ``+HH:MM`` (positive east), or None
+    for a zone name. PostgreSQL reads a bare number (``-5``) as ISO 8601 does, and an
+    ``HH:MM`` offset (``+05:30``) as a POSIX zone does: positive west of Greenwich."""
+    m = re.fullmatch(r"([+-]?)(\d{1,2})(?::(\d{2}))?", timezone.strip())
+    if m is None:
+        return None
+    east = m.group(1) != "-"
+    if m.group(3) is not None:
+        east = not east
+    return f"{'+' if east else '-'}{int(m.group(2)):02d}:{m.group(3) or '00'}"
+
+
+def duckdb_zone(timezone: str) -> str:
+    """The session's ``timezone`` as DuckDB's ICU names it (offsets as ``GMT+hh:mm``)."""
+    offset = zone_offset(timezone)
+    return timezone.strip() if offset is None else f"GMT{offset}"
+
+
+def _client_encoding(value: str) -> str:
+    """UTF8 under any of PostgreSQL's spellings; SQL_ASCII passes bytes through unconverted
+    (as PostgreSQL does for it, so nothing needs converting); other encodings are refused."""
+    key = re.sub(r"[^a-z0-9]", "", value.strip().lower())
+    if key in ("utf8", "unicode"):
+        return "UTF8"
+    if key == "sqlascii":
+        return "SQL_ASCII"
+    raise ValueError(f"conversion between {value.strip()} and UTF8 is not supported")
+
+
 def _parallelism(value: str) -> str:
     v = value.strip().lower()
     if v in ("default", "adaptive", "auto", "0"):
@@ -94,6 +124,8 @@ class Variable:
     read_only: bool = False
     # The name clients see in ParameterStatus (PostgreSQL spells some in mixed case).
     wire_name: str | None = None
+    # What to do when a value is refused.
+    hint: str | None = None
 
 
 VARIABLES: dict[str, Variable] = {
@@ -106,7 +138,9 @@ VARIABLES: dict[str, Variable] = {
         Variable("datestyle", "ISO, MDY", description="Sets the display format for dates.",
                  reported=True, wire_name="DateStyle"),
         Variable("intervalstyle", "postgres", reported=True, wire_name="IntervalStyle"),
-        Variable("client_encoding", "UTF8", reported=True),
+        Variable("client_encoding", "UTF8", _client_encoding, reported=True,
+                 hint="Rivulet exchanges text in UTF8: set client_encoding to UTF8 (psql:"
+                 " \\encoding UTF8, or PGCLIENTENCODING=UTF8)."),
         Variable("server_encoding", "UTF8", reported=True, read_only=True),
         Variable("server_version", SERVER_VERSION, reported=True, read_only=True),
         Variable("server_version_num", "130014", read_only=True),
@@ -209,6 +243,7 @@ class SessionConfig:
                 INVALID_PARAMETER_VALUE,
                 f'invalid value for parameter "{var.name}": "{value}"',
                 detail=str(exc),
+                hint=var.hint,
             ) from None
         self._values[var.name] = checked
         return var

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from postgres_reference import Pair, PostgresServer, pg_type_oids, read_as_text, start_postgres
 from psycopg.conninfo import make_conninfo
 
 _START_TIMEOUT = 30.0
@@ -218,3 +219,25 @@ def session_server_factory(
     factory = ServerFactory(tmp_path_factory.mktemp("servers"))
     yield factory
     factory.stop_all()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A throwaway PostgreSQL 15 (``postgres_reference``), for the whole session; the
+    tests that compare with it skip when PostgreSQL is not installed."""
+    try:
+        pg = start_postgres(free_port())
+    except RuntimeError as exc:
+        pytest.skip(f"no PostgreSQL to compare with: {exc}")
+    yield pg
+    pg.stop()
+
+
+@pytest.fixture
+def pg_pair(server: ServerProcess, postgres: PostgresServer) -> Iterator[Pair]:
+    """A fresh connection to Rivulet and one to PostgreSQL, both reading values as text."""
+    with server.connect() as ours, postgres.connect() as theirs:
+        oids = pg_type_oids(theirs)
+        read_as_text(ours, oids)
+        read_as_text(theirs, oids)
+        yield Pair(ours, theirs)

@@ -98,9 +98,12 @@ def test_bytea_hex_and_timestamps() -> None:
     assert codec.text_array(tz, T.TIMESTAMPTZ, "America/New_York").to_pylist() == [
         "2024-07-01 06:00:00-04"
     ]
+    # As PostgreSQL reads them: an HH:MM offset is POSIX (positive west), a bare number
+    # ISO 8601 (positive east).
     assert codec.text_array(tz, T.TIMESTAMPTZ, "+05:30").to_pylist() == [
-        "2024-07-01 15:30:00+05:30"
+        "2024-07-01 04:30:00-05:30"
     ]
+    assert codec.text_array(tz, T.TIMESTAMPTZ, "5").to_pylist() == ["2024-07-01 15:00:00+05"]
 
 
 def test_array_text_quoting() -> None:
@@ -286,3 +289,14 @@ def test_tiny_results_take_a_shortcut_to_the_same_bytes(
         else b""
     )
     assert codec.encode_rows(data, types, formats, "UTC") == expected
+
+
+def test_dates_past_four_digit_years() -> None:
+    days = pa.array([-2440588, -719163, 0, 2145042905, None], pa.int32()).cast(pa.date32())
+    assert codec.text_array(days, T.DATE).to_pylist() == [
+        "4714-11-24 BC",
+        "0001-12-31 BC",
+        "1970-01-01",
+        "5874897-12-31",
+        None,
+    ]

@@ -307,3 +307,16 @@ def test_json_values(conn: psycopg.Connection) -> None:
     cur = conn.execute("select %s::jsonb", [Jsonb(value)])
     assert cur.fetchone() == (value,)
     assert json.loads(conn.execute("select '[1, 2]'::jsonb::varchar").fetchone()[0]) == [1, 2]
+
+
+def test_client_encoding_in_the_startup_packet(server) -> None:  # type: ignore[no-untyped-def]
+    """UTF8 under any spelling is accepted at start-up; an encoding Rivulet would have to
+    convert is refused there, as a FATAL 22023 with a hint."""
+    with psycopg.connect(server.dsn(client_encoding="utf-8"), autocommit=True) as conn:
+        assert conn.info.parameter_status("client_encoding") == "UTF8"
+        assert conn.execute("SELECT 'é'").fetchone() == ("é",)
+    with pytest.raises(psycopg.OperationalError) as info:
+        psycopg.connect(server.dsn(client_encoding="LATIN1"))
+    text = str(info.value)
+    assert 'invalid value for parameter "client_encoding": "LATIN1"' in text
+    assert "UTF8" in text

@@ -49,7 +49,6 @@ def test_interval_divided_by_a_number(con: rivulet.Connection) -> None:
     assert con.execute("SELECT INTERVAL '3 days' / 2").fetchone() == (dt.timedelta(days=1.5),)
 
 
-@pytest.mark.xfail(strict=True, reason="DuckDB's octet_length takes only bytes")
 def test_octet_length_of_text(con: rivulet.Connection) -> None:
     assert con.execute("SELECT octet_length('héllo')").fetchone() == (6,)
 

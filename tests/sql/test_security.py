@@ -281,7 +281,7 @@ def test_rewritten_functions_bind_their_arguments(con: rivulet.Connection) -> No
         ("SELECT 'HOME'.getenv()", "getenv"),
         ("SELECT current_setting('threads')", "threads"),
         ("SELECT list_transform([1], x -> x)", "list_transform"),
-        ("SELECT * FROM json_each('{}')", "json_each"),
+        ("SELECT * FROM json_tree('{}')", "json_tree"),
         ("SELECT pragma_version()", "pragma_version"),
     ],
 )

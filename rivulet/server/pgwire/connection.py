@@ -324,8 +324,8 @@ class Connection:
         for name, value in settings:
             key = self.session.config.canonical(name)
             var = VARIABLES.get(key)
-            if var is None or var.read_only or key == "client_encoding":
-                continue  # unknown settings are ignored; the encoding is always UTF8
+            if var is None or var.read_only:
+                continue  # unknown settings are ignored
             self.session.config.set(key, value)
 
     async def _authenticate(self) -> bool:

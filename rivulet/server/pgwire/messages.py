@@ -325,6 +325,7 @@ def error_response(
     detail: str | None = None,
     hint: str | None = None,
     position: int | None = None,
+    context: str | None = None,
 ) -> bytes:
     return message(
         b"E",
@@ -337,6 +338,7 @@ def error_response(
                 (b"D", detail),
                 (b"H", hint),
                 (b"P", str(position) if position is not None else None),
+                (b"W", context),
             ]
         ),
     )
@@ -351,6 +353,7 @@ def error_from(exc: Error, severity: str = "ERROR") -> bytes:
         detail=exc.detail,
         hint=exc.hint,
         position=exc.position,
+        context=exc.context,
     )
 
 

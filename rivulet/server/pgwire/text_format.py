@@ -35,6 +35,7 @@ from rivulet.server.pgwire.rows import (
     per_value,
     string_array,
 )
+from rivulet.sql.session_config import zone_offset
 
 _TRIM_FRACTION = r"(\.\d*?[1-9])0+$|\.0+$"
 
@@ -158,11 +159,7 @@ def arrow_zone(timezone: str) -> str:
     tz = timezone.strip()
     if tz.upper() in ("UTC", "GMT", "Z", ""):
         return "UTC"
-    if tz[:1] in "+-" or tz[:1].isdigit():
-        sign = "-" if tz.startswith("-") else "+"
-        hours, _, minutes = tz.lstrip("+-").partition(":")
-        return f"{sign}{int(hours):02d}:{int(minutes or 0):02d}"
-    return tz
+    return zone_offset(tz) or tz
 
 
 def _interval_text(arr: pa.Array) -> pa.Array:
@@ -310,6 +307,26 @@ def _jsonb_normalize(text: str) -> str:
     return pg_jsonb(parsed)
 
 
+# Days since 1970 of 0001-01-01 and 9999-12-31: Arrow writes the dates between them.
+_FOUR_DIGIT_DAYS = (-719162, 2932896)
+
+
+def _date_text(arr: pa.Array) -> pa.Array:
+    """Dates as PostgreSQL writes them, past the year 9999 and BC ('4714-11-24 BC')."""
+    days = pc.cast(pc.cast(arr, pa.date32()), pa.int32())
+    low, high = pc.min(days).as_py(), pc.max(days).as_py()
+    if low is None or (low >= _FOUR_DIGIT_DAYS[0] and high <= _FOUR_DIGIT_DAYS[1]):
+        return pc.cast(arr, pa.string())
+
+    def wide(n: int) -> str:
+        text = str(np.datetime64(n, "D"))  # astronomical years: 0 is 1 BC
+        y, _, month_day = text.lstrip("-").partition("-")
+        year = -int(y) if text.startswith("-") else int(y)
+        return f"{1 - year:04d}-{month_day} BC" if year <= 0 else text
+
+    return per_value(days, wide)
+
+
 def text_array(arr: pa.Array, dtype: DataType, timezone: str = "UTC") -> pa.Array:
     """A column's values in PostgreSQL's text format, as an Arrow string array."""
     oid = dtype.oid
@@ -336,7 +353,7 @@ def text_array(arr: pa.Array, dtype: DataType, timezone: str = "UTC") -> pa.Arra
             return _timestamptz_text(arr, timezone)
         return _timestamp_text(arr)
     if pa.types.is_date(t):
-        return pc.cast(arr, pa.string())
+        return _date_text(arr)
     if pa.types.is_time(t):
         return _trim_fraction(pc.cast(arr, pa.string()))
     if t == pa.month_day_nano_interval():

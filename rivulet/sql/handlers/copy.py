@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -20,6 +21,7 @@ from sqlglot import exp
 
 from rivulet.common.errors import (
     BAD_COPY_FILE_FORMAT,
+    CHARACTER_NOT_IN_REPERTOIRE,
     FEATURE_NOT_SUPPORTED,
     INSUFFICIENT_PRIVILEGE,
     SYNTAX_ERROR,
@@ -132,6 +134,8 @@ class CopyLoader:
         self._batches: list[pa.Table] = []
         self._first = True
         self._line = 0
+        # Lines of the input parsed so far: errors name the line, as PostgreSQL does.
+        self._lines = 0
 
     async def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -160,10 +164,23 @@ class CopyLoader:
             data = data[:-3]  # the old end-of-data marker
         if not data.strip():
             return
+        self._check_encoding(data)
+        lines = data.count(b"\n")
+        original = data
+        csv = req.format == "csv"
+        if csv:
+            self._check_quotes(data)
+        else:
+            if b"\\\n" in data:
+                # A backslash before a newline escapes it: the newline is part of the value.
+                data = _ESCAPED_NEWLINE.sub(rb"\1\\n", data)
+            if data.endswith(b"\\") and _TRAILING_BACKSLASH.search(data):
+                # Data can only end without a newline at its very end, where PostgreSQL
+                # drops a backslash that escapes nothing.
+                data = data[:-1]
         skip = 1 if (req.header and self._first) else 0
         self._first = False
         names = [f"c{i}" for i in range(len(req.column_names))]
-        csv = req.format == "csv"
         try:
             raw = pacsv.read_csv(
                 io.BytesIO(data),
@@ -185,28 +202,115 @@ class CopyLoader:
                 ),
             )
         except pa.ArrowInvalid as exc:
-            text = str(exc)
-            if "Expected" in text and "columns" in text:
-                raise sql_error(
-                    BAD_COPY_FILE_FORMAT,
-                    "COPY row does not have the table's number of columns",
-                    detail=text.split("\n")[0],
-                ) from None
-            raise sql_error(BAD_COPY_FILE_FORMAT, f"bad COPY data: {text}") from None
+            raise self._row_shape_error(str(exc), original) from None
         if not csv:
             raw = _unescape_text_format(raw)
         try:
             shaped = await self.session.run_query(lambda cur: self._shape(cur, raw))
         except duckdb.Error as exc:
             error = translate(exc)
-            error.detail = (
-                f"COPY {self.table.name}, in the rows after line {self._line}"
-                if error.detail is None
-                else error.detail
-            )
+            located = await self.session.run_query(lambda cur: self._first_bad_value(cur, raw))
+            if located is not None:
+                row, column, value = located
+                line = self._lines + skip + row + 1
+                error.context = f'COPY {self.table.name}, line {line}, column {column}: "{value}"'
+            else:
+                error.context = f"COPY {self.table.name}, in the rows after line {self._lines}"
             raise error from None
         self._batches.append(shaped)
         self._line += raw.num_rows
+        self._lines += lines
+
+    def _context(self, data: bytes, pos: int, *, shown: int | None = None) -> str:
+        """PostgreSQL's CONTEXT for an error at byte ``pos`` of ``data`` (with the ``shown``
+        bytes of the row from there)."""
+        line = self._lines + data.count(b"\n", 0, pos) + 1
+        text = f"COPY {self.table.name}, line {line}"
+        if shown is not None:
+            text += f': "{data[pos : pos + shown].decode(errors="replace")}"'
+        return text
+
+    def _check_encoding(self, data: bytes) -> None:
+        """The input is UTF-8 without NUL bytes (PostgreSQL's text type holds none)."""
+        pos = data.find(b"\x00")
+        if pos < 0:
+            try:
+                data.decode("utf-8")
+                return
+            except UnicodeDecodeError as exc:
+                pos = exc.start
+        raise sql_error(
+            CHARACTER_NOT_IN_REPERTOIRE,
+            f'invalid byte sequence for encoding "UTF8": 0x{data[pos]:02x}',
+            context=self._context(data, pos),
+        )
+
+    def _check_quotes(self, data: bytes) -> None:
+        """A CSV quoted field must end before the data does."""
+        req = self.request
+        quote = req.quote.encode()
+        if quote not in data:
+            return
+        counted = data
+        if req.escape != req.quote:
+            counted = data.replace(req.escape.encode() * 2, b"").replace(
+                req.escape.encode() + quote, b""
+            )
+        if counted.count(quote) % 2 == 0:
+            return
+        # Quotes pair up in order: the one left open is the last.
+        pos = data.rfind(quote)
+        start = data.rfind(b"\n", 0, pos) + 1
+        line = self._lines + data.count(b"\n", 0, start) + 1
+        shown = data[start:].decode(errors="replace")
+        raise sql_error(
+            BAD_COPY_FILE_FORMAT,
+            "unterminated CSV quoted field",
+            context=f'COPY {self.table.name}, line {line}: "{shown}"',
+        )
+
+    def _row_shape_error(self, text: str, data: bytes) -> Exception:
+        """PostgreSQL's error for a row with too few or too many fields."""
+        m = re.search(r"Expected (\d+) columns, got (\d+): (.*)", text, re.S)
+        if m is None:
+            return sql_error(BAD_COPY_FILE_FORMAT, f"bad COPY data: {text}")
+        expected, got, row = int(m.group(1)), int(m.group(2)), m.group(3)
+        if got < expected:
+            message = f'missing data for column "{self.request.column_names[got]}"'
+        else:
+            message = "extra data after last expected column"
+        # The row as it was sent: a newline its backslash escaped was read as "\n".
+        shown = row.encode()
+        pos = _find_line(data, shown)
+        if pos < 0:
+            shown = shown.replace(b"\\n", b"\\\n")
+            pos = _find_line(data, shown)
+        context = self._context(data, pos, shown=len(shown)) if pos >= 0 else None
+        return sql_error(BAD_COPY_FILE_FORMAT, message, context=context)
+
+    def _first_bad_value(
+        self, cur: duckdb.DuckDBPyConnection, raw: pa.Table
+    ) -> tuple[int, str, str] | None:
+        """(row, column, text) of the first value that does not read as its column's type;
+        only called once a batch failed."""
+        by_target = {n: f"c{i}" for i, n in enumerate(self.request.column_names)}
+        name = f"__copy_bad_{next(_names)}"
+        cur.register(name, raw.append_column("_rw_row", pa.array(range(raw.num_rows))))
+        try:
+            for c in self.table.visible_columns:
+                src = by_target.get(c.name)
+                if src is None or c.type.name == "bytea":
+                    continue
+                found = cur.execute(
+                    f"SELECT _rw_row, {src} FROM {name} WHERE {src} IS NOT NULL"
+                    f" AND TRY_CAST({'trim(' + src + ')' if c.type.name == 'boolean' else src}"
+                    f" AS {c.type.duckdb}) IS NULL ORDER BY _rw_row LIMIT 1"
+                ).fetchall()
+                if found:
+                    return int(found[0][0]), c.name, str(found[0][1])
+        finally:
+            cur.unregister(name)
+        return None
 
     def _shape(self, cur: duckdb.DuckDBPyConnection, raw: pa.Table) -> pa.Table:
         """Cast the text columns to the table's types (DuckDB casts), in table order."""
@@ -237,6 +341,22 @@ class CopyLoader:
         )
         return out.cast(schema)
 
+
+def _find_line(data: bytes, line: bytes) -> int:
+    """Where ``line`` stands in ``data`` as a whole line (-1: nowhere)."""
+    if data.startswith(line + b"\n") or data == line:
+        return 0
+    i = data.find(b"\n" + line + b"\n")
+    if i >= 0:
+        return i + 1
+    if data.endswith(b"\n" + line):
+        return len(data) - len(line)
+    return data.find(line)
+
+
+# A newline after an odd number of backslashes.
+_ESCAPED_NEWLINE = re.compile(rb"(?<!\\)((?:\\\\)*)\\\n")
+_TRAILING_BACKSLASH = re.compile(rb"(?<!\\)(?:\\\\)*\\\Z")
 
 _ESCAPES = [
     ("\\t", "\t"),

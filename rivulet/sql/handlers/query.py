@@ -7,10 +7,12 @@ import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
-from rivulet.common.errors import PROTOCOL_VIOLATION, sql_error
+from rivulet.common.errors import DATETIME_FIELD_OVERFLOW, PROTOCOL_VIOLATION, sql_error
 from rivulet.common.types import DataType, arrow_type_for_duckdb
 from rivulet.sql.binder import Binder, BoundQuery
 from rivulet.sql.parser import Statement
@@ -108,14 +110,65 @@ def run_bound(
     columns = [Column(n, DataType.from_duckdb(t)) for n, t in zip(names, type_names)]
     arrow_types = [_arrow_type(t) for t in type_names]
     if any(t is None for t in arrow_types):
-        return cur.to_arrow_table(), columns
-    head = cur.fetchmany(_SMALL_RESULT)
-    arrays = [pa.array([row[i] for row in head], type=t) for i, t in enumerate(arrow_types)]
-    table = pa.Table.from_arrays(arrays, names=names)
+        return _check_date_range(cur.to_arrow_table()), columns
+    try:
+        head = cur.fetchmany(_SMALL_RESULT)
+    except OverflowError:  # a date Python cannot hold: read the result as Arrow instead
+        cur.execute(sql, params or None)
+        return _check_date_range(cur.to_arrow_table()), columns
+    arrays = [_value_array([row[i] for row in head], t) for i, t in enumerate(arrow_types)]
+    table = _check_date_range(pa.Table.from_arrays(arrays, names=names))
     if len(head) < _SMALL_RESULT:
         return table, columns
-    rest = cur.to_arrow_table()
+    rest = _check_date_range(cur.to_arrow_table())
     return pa.concat_tables([table, rest.cast(table.schema)]), columns
+
+
+def _value_array(values: list[object], t: pa.DataType) -> pa.Array:
+    """Python values as Arrow. DuckDB gives dates and timestamps Python cannot hold (past
+    the year 9999, or BC) as text: those are read with numpy, whose range is wide enough."""
+    try:
+        return pa.array(values, type=t)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
+            raise
+    unit = "D" if pa.types.is_date(t) else "us"
+    numbers = np.array(
+        [_datetime64(v, unit) if v is not None else np.datetime64("NaT") for v in values],
+        dtype=f"datetime64[{unit}]",
+    )
+    storage = pa.int32() if unit == "D" else pa.int64()
+    return pa.array(numbers.astype(np.int64), mask=np.isnat(numbers)).cast(storage).cast(t)
+
+
+def _datetime64(value: object, unit: str) -> np.datetime64:
+    if not isinstance(value, str):
+        return np.datetime64(value, unit)  # type: ignore[call-overload]
+    text = value.strip()
+    bc = text.endswith("(BC)")
+    text = text.removesuffix("(BC)").strip()
+    if unit == "us" and len(text) > 3 and text[-3] in "+-" and text[-3:].lstrip("+-").isdigit():
+        text = text[:-3]  # a timestamptz given in UTC
+    date, _, time = text.partition(" ")
+    year, _, rest = date.partition("-")
+    if bc:  # 1 BC is year 0
+        year = str(1 - int(year))
+    return np.datetime64(f"{year}-{rest}" + (f"T{time}" if time else ""), unit)
+
+
+# PostgreSQL's dates run from 4714-11-24 BC to 5874897-12-31, DuckDB's further.
+_PG_DATE_MIN = int(np.datetime64("-4713-11-24").astype(np.int64))
+_PG_DATE_MAX = int(np.datetime64("5874897-12-31").astype(np.int64))
+
+
+def _check_date_range(table: pa.Table) -> pa.Table:
+    """A date PostgreSQL could not hold (date arithmetic past its range) is an error."""
+    for col in table.columns:
+        if pa.types.is_date32(col.type) and col.null_count < len(col):
+            days = col.cast(pa.int32())
+            if pc.min(days).as_py() < _PG_DATE_MIN or pc.max(days).as_py() > _PG_DATE_MAX:
+                raise sql_error(DATETIME_FIELD_OVERFLOW, "date out of range")
+    return table
 
 
 async def handle_query(session: Session, stmt: Statement, params: list[object]) -> StatementResult:

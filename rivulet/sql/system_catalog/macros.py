@@ -44,6 +44,11 @@ _OBJ = _lookup("i_obj", {"oid": "oid", "kind": "kind", "definition": "definition
 _TYPE_NAMES = _lookup("i_type_names", {"name": "name", "oid": "oid"}, "_rw_n")  # joined with _TYPES
 
 
+# A time of day followed by anything but more of it: the text names its own zone or offset
+# ('12:00:00+02', '12:00Z', '12:00 America/New_York').
+_HAS_ZONE = r"\d:\d\d(:\d\d(\.\d+)?)?\s*[^\s\d:.]"
+
+
 def _text(arg: str) -> str:
     return f"trim(CAST({arg} AS VARCHAR))"
 
@@ -65,6 +70,90 @@ PURE: dict[str, str] = {
     # DuckDB may evaluate a CASE branch for every row of a vector: the divisor is never 0.
     "rw_div": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a / nullif(b, 0) END",
     "rw_mod": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a % nullif(b, 0) END",
+    # PostgreSQL raises where DuckDB returns NaN or an infinity. Each check guards an
+    # argument (or tests the result) and raises with PostgreSQL's message; ERROR_STATES
+    # gives each message its SQLSTATE.
+    "rw_sqrt": "(x) AS sqrt(CASE WHEN x < 0"
+    " THEN error('cannot take square root of a negative number') ELSE x END)",
+    "rw_log_arg": "(x) AS CASE WHEN x = 0 THEN error('cannot take logarithm of zero')"
+    " WHEN x < 0 THEN error('cannot take logarithm of a negative number') ELSE x END",
+    "rw_ln": f"(x) AS ln({S}.rw_log_arg(x))",
+    "rw_log10": f"(x) AS log10({S}.rw_log_arg(x))",
+    "rw_log": f"(b, x) AS log(CASE WHEN b = 1 THEN error('division by zero')"
+    f" ELSE {S}.rw_log_arg(b) END, {S}.rw_log_arg(x))",
+    # PostgreSQL computes numeric ^ and exp exactly, where a tiny result is no error.
+    "rw_is_numeric": "(x) AS typeof(x) LIKE 'DECIMAL%'",
+    "rw_pow_base": "(a, b) AS CASE"
+    " WHEN a = 0 AND b < 0 THEN error('zero raised to a negative power is undefined')"
+    " WHEN a < 0 AND b <> floor(b)"
+    " THEN error('a negative number raised to a non-integer power yields a complex result')"
+    " ELSE a END",
+    "rw_pow": f"""(a, b) AS CASE WHEN isinf(power({S}.rw_pow_base(a, b), b))
+            AND NOT isinf(CAST(a AS DOUBLE)) AND NOT isinf(CAST(b AS DOUBLE))
+        THEN error('value out of range: overflow')
+        WHEN power({S}.rw_pow_base(a, b), b) = 0 AND a <> 0 AND NOT isinf(CAST(b AS DOUBLE))
+            AND NOT {S}.rw_is_numeric(a) AND NOT {S}.rw_is_numeric(b)
+        THEN error('value out of range: underflow')
+        ELSE power({S}.rw_pow_base(a, b), b) END""",
+    "rw_exp": f"""(x) AS CASE WHEN isinf(exp(x)) AND NOT isinf(CAST(x AS DOUBLE))
+        THEN error('value out of range: overflow')
+        WHEN exp(x) = 0 AND NOT isinf(CAST(x AS DOUBLE)) AND NOT {S}.rw_is_numeric(x)
+        THEN error('value out of range: underflow')
+        ELSE exp(x) END""",
+    # octet_length of text (DuckDB's takes bytes only).
+    "rw_octet_length": "(x) AS CASE WHEN typeof(x) = 'BLOB' THEN octet_length(CAST(x AS BLOB))"
+    " ELSE strlen(CAST(x AS VARCHAR)) END",
+    # Values are bounded (max_value_bytes, passed as ``cap``): ``rw_len_ok`` is ``v``, or an
+    # error when the value about to be built would have ``n`` bytes, over the cap. Guards
+    # wrap the argument that sets the size, so nothing oversized is ever allocated; the
+    # functions whose size follows their inputs (string_agg, concat) check their result.
+    "rw_len_ok": "(v, n, cap, fn) AS CASE WHEN n > cap"
+    " THEN error('requested length too large: ' || fn || ' would build a value of '"
+    " || printf('%.0f', CAST(n AS DOUBLE)) || ' bytes, over max_value_bytes (' || cap || ')')"
+    " ELSE v END",
+    "rw_repeat": f"(s, n, cap) AS repeat(s, {S}.rw_len_ok(n,"
+    " CAST(strlen(s) AS DOUBLE) * n, cap, 'repeat()'))",
+    "rw_pad_len": f"(s, n, fill, cap, fn) AS {S}.rw_len_ok(n, CAST(n AS DOUBLE) * greatest("
+    " strlen(fill) / greatest(length(fill), 1), strlen(s) / greatest(length(s), 1), 1),"
+    " cap, fn)",
+    # An empty fill pads nothing (PostgreSQL), where DuckDB raises.
+    "rw_lpad": f"""(s, n, fill, cap) AS CASE WHEN fill = '' THEN left(s, greatest(n, 0))
+        ELSE lpad(s, {S}.rw_pad_len(s, n, fill, cap, 'lpad()'), nullif(fill, '')) END""",
+    "rw_rpad": f"""(s, n, fill, cap) AS CASE WHEN fill = '' THEN left(s, greatest(n, 0))
+        ELSE rpad(s, {S}.rw_pad_len(s, n, fill, cap, 'rpad()'), nullif(fill, '')) END""",
+    "rw_replace": f"(s, f, t, cap) AS replace(s, f, {S}.rw_len_ok(t, CASE"
+    " WHEN strlen(t) <= strlen(f) THEN 0"
+    " ELSE strlen(s) + (strlen(s) - strlen(replace(s, f, ''))) // greatest(strlen(f), 1)"
+    " * CAST(strlen(t) - strlen(f) AS DOUBLE) END, cap, 'replace()'))",
+    "rw_concat_op": f"(a, b, cap) AS a || {S}.rw_len_ok(b, CAST(strlen(CAST(a AS VARCHAR)) AS"
+    " DOUBLE) + strlen(CAST(b AS VARCHAR)), cap, '||')",
+    "rw_bounded": f"(v, cap, fn) AS {S}.rw_len_ok(v, strlen(CAST(v AS VARCHAR)), cap, fn)",
+    # The session's time zone applied to timestamptz (sql/timezones.py). The wall-clock time of an instant in ``zone`` (a TIMESTAMP). Through text so that
+    # the macro also binds for arguments of other types (in branches that never run).
+    "rw_wall_clock": "(x, zone) AS timezone(zone, CAST(CAST(x AS VARCHAR) AS TIMESTAMPTZ))",
+    # CAST(x AS timestamptz): a text without a zone, a timestamp or a date is read in zone.
+    "rw_to_tstz": f"""(x, zone) AS CASE WHEN typeof(x) IN ('TIMESTAMP', 'DATE')
+        OR (typeof(x) = 'VARCHAR' AND NOT regexp_matches(CAST(x AS VARCHAR), '{_HAS_ZONE}'))
+        THEN timezone(zone, CAST(CAST(x AS VARCHAR) AS TIMESTAMP))
+        ELSE CAST(x AS TIMESTAMPTZ) END""",
+    # date_trunc keeps its argument's type: the truncation is a shift of it, computed on
+    # the wall clock for a timestamptz: the wall clock's own shift below a day (exact when
+    # a daylight-saving change repeats an hour), the zone's midnight from a day up.
+    "rw_date_trunc": f"""(unit, x, zone) AS x + CASE
+        WHEN typeof(x) <> 'TIMESTAMP WITH TIME ZONE'
+        THEN date_trunc(unit, CAST(x AS TIMESTAMP)) - CAST(x AS TIMESTAMP)
+        WHEN lower(unit) IN ('microseconds', 'milliseconds', 'second', 'minute', 'hour')
+        THEN date_trunc(unit, {S}.rw_wall_clock(x, zone)) - {S}.rw_wall_clock(x, zone)
+        ELSE timezone(zone, date_trunc(unit, {S}.rw_wall_clock(x, zone)))
+            - CAST(CAST(x AS VARCHAR) AS TIMESTAMPTZ) END""",
+    # The zone's offset from UTC at an instant, in seconds (extract(timezone from x)).
+    "rw_zone_offset": f"""(x, zone) AS CAST(epoch({S}.rw_wall_clock(x, zone))
+        - epoch(CAST(CAST(x AS VARCHAR) AS TIMESTAMPTZ)) AS BIGINT)""",
+    # The argument of jsonb_each (an object) or jsonb_array_elements (an array).
+    "rw_json_kind": """(j, kind, fn) AS CASE WHEN j IS NULL OR json_type(j) = kind THEN j
+        WHEN kind = 'OBJECT' THEN error('cannot call ' || fn || ' on a non-object')
+        WHEN json_type(j) = 'OBJECT' THEN error('cannot extract elements from an object')
+        ELSE error('cannot extract elements from a scalar') END""",
     # Streaming jobs: a row's error yields NULL instead of failing the job.
     "rw_div_safe": "(a, b) AS a / nullif(b, 0)",
     "rw_mod_safe": "(a, b) AS a % nullif(b, 0)",
@@ -243,6 +332,21 @@ LOOKUP: dict[str, str] = {
         WHEN role_oid = 0 THEN '-' ELSE coalesce(
           (SELECT {S}.quote_ident(_rw_r._rw_name) FROM {_ROLES} WHERE _rw_r._rw_oid = role_oid),
           CAST(role_oid AS VARCHAR)) END""",
+}
+
+VALUE_LIMIT_HINT = (
+    "A value may hold at most max_value_bytes bytes (SHOW PARAMETERS);"
+    " ALTER SYSTEM SET max_value_bytes = ... raises the limit, up to 1 GB."
+)
+
+# The SQLSTATE of each error the macros raise, by the start of its message.
+ERROR_STATES: dict[str, str] = {
+    "cannot take square root of a negative number": "2201F",
+    "zero raised to a negative power is undefined": "2201F",
+    "a negative number raised to a non-integer power yields a complex result": "2201F",
+    "cannot take logarithm of": "2201E",
+    "value out of range:": "22003",
+    "requested length too large": "54000",
 }
 
 # Functions a query may call by name.
