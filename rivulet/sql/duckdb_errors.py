@@ -34,7 +34,7 @@ from rivulet.common.errors import (
     Error,
     sql_error,
 )
-from rivulet.sql.system_catalog.macros import ERROR_STATES, VALUE_LIMIT_HINT
+from rivulet.sql.system_catalog.macros import ERROR_STATES, VALUE_LIMIT_HINT, raised_message
 
 _PREFIX = re.compile(r"^[A-Za-z ]+ Error: ", re.S)
 _STATE_PREFIXES = ("state.", "rw_sys.", "meta.")
@@ -57,10 +57,29 @@ _PG_TYPE_NAMES = {
 }  # fmt: skip
 
 
+def _raised(msg: str) -> Error:
+    """An error a macro raised on purpose (``rw_raise``), by its message."""
+    for start, code in ERROR_STATES.items():
+        if msg.startswith(start):
+            hint = VALUE_LIMIT_HINT if code == PROGRAM_LIMIT_EXCEEDED else None
+            return sql_error(code, msg, hint=hint)
+    if msg == "division by zero":
+        return sql_error(DIVISION_BY_ZERO, msg)
+    # Raised by the catalog macros for 'x'::regclass and friends (system_catalog).
+    m = re.fullmatch(r'(relation|type|function|schema|role) "(.*)" does not exist', msg)
+    if m:
+        code = {"relation": UNDEFINED_TABLE, "function": UNDEFINED_FUNCTION}
+        return sql_error(code.get(m.group(1), "3F000" if m.group(1) == "schema" else "42704"), msg)
+    return sql_error("22023", msg)
+
+
 def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
     """The Rivulet error for a DuckDB exception raised while running user SQL."""
     raw = str(exc)
     msg = _clean(raw)
+    inner = raised_message(msg)
+    if inner is not None:
+        return _raised(inner)
     low = msg.lower()
     position = None
 
@@ -188,18 +207,7 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
     if "more than one row returned by a subquery" in low:
         return sql_error("21000", "more than one row returned by a subquery used as an expression")
     if isinstance(exc, duckdb.InvalidInputException):
-        for start, code in ERROR_STATES.items():
-            if msg.startswith(start):
-                hint = VALUE_LIMIT_HINT if code == PROGRAM_LIMIT_EXCEEDED else None
-                return sql_error(code, msg, hint=hint)
-        # Raised by the catalog macros for 'x'::regclass and friends (system_catalog).
-        m = re.fullmatch(r'(relation|type|function|schema|role) "(.*)" does not exist', msg)
-        if m:
-            code = {"relation": UNDEFINED_TABLE, "function": UNDEFINED_FUNCTION}
-            return sql_error(
-                code.get(m.group(1), "3F000" if m.group(1) == "schema" else "42704"), msg
-            )
-        return sql_error("22023", msg)
+        return _raised(msg)
     if isinstance(exc, duckdb.TypeMismatchException):
         return sql_error(DATATYPE_MISMATCH, msg)
     if isinstance(exc, duckdb.OutOfMemoryException):

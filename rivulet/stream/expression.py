@@ -59,11 +59,12 @@ class ExprSet:
 @dataclass(frozen=True)
 class RowErrors:
     """The rows of one chunk whose expressions failed: how many, the kind of error (as
-    DuckDB raised it first, without the values), and the count per failing expression."""
+    DuckDB raised it first, without the values), and per failing expression its label,
+    how many rows it failed on and the kind of its error."""
 
     rows: int
     kind: str
-    by_expression: list[tuple[str, int]]
+    by_expression: list[tuple[str, int, str]]
 
 
 def positional(table: pa.Table) -> pa.Table:
@@ -92,12 +93,64 @@ def evaluate(
     except duckdb.InterruptException:
         raise
     except duckdb.Error as exc:
-        if not exprs.can_fail:
-            raise
         failure = exc
-    select = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs.safe))
-    out = _run(cur, table, select)
-    return out, count_errors(cur, table, exprs, failure)
+    if exprs.can_fail:
+        select = ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs.safe))
+        try:
+            return _run(cur, table, select), count_errors(cur, table, exprs, failure)
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error:
+            pass  # an expression without a safe form failed (TRY refuses volatile ones)
+    return _evaluate_by_rows(cur, table, exprs, failure)
+
+
+def _evaluate_by_rows(
+    cur: duckdb.DuckDBPyConnection, table: pa.Table, exprs: ExprSet, failure: duckdb.Error
+) -> tuple[pa.Table, RowErrors]:
+    """The last resort: each expression over halves of the rows, down to single rows,
+    until the rows that fail are found; those get NULL. A few statements per failing
+    row, so only for expressions DuckDB cannot make safe."""
+    columns: list[pa.Array] = []
+    failed_rows: set[int] = set()
+    by_expression: list[tuple[str, int, str]] = []
+    for i, (sql, label) in enumerate(zip(exprs.safe, exprs._labels())):
+        empty = _run(cur, table.slice(0, 0), f"{sql} AS c{i}").column(0).type
+        failed: list[int] = []
+        errors: list[duckdb.Error] = []
+        columns.append(_bisect(cur, table, 0, f"{sql} AS c{i}", empty, failed, errors))
+        failed_rows.update(failed)
+        if failed:
+            by_expression.append((label, len(failed), error_kind(errors[0])))
+    out = pa.Table.from_arrays(columns, names=[f"c{i}" for i in range(len(columns))])
+    return out, RowErrors(len(failed_rows), error_kind(failure), by_expression)
+
+
+def _bisect(
+    cur: duckdb.DuckDBPyConnection,
+    rows: pa.Table,
+    offset: int,
+    select: str,
+    type_: pa.DataType,
+    failed: list[int],
+    errors: list[duckdb.Error],
+) -> pa.Array:
+    try:
+        return _run(cur, rows, select).column(0).combine_chunks().cast(type_)
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as exc:
+        if rows.num_rows <= 1:
+            failed.extend(range(offset, offset + rows.num_rows))
+            errors.append(exc)
+            return pa.nulls(rows.num_rows, type_)
+    half = rows.num_rows // 2
+    return pa.concat_arrays(
+        [
+            _bisect(cur, rows.slice(0, half), offset, select, type_, failed, errors),
+            _bisect(cur, rows.slice(half), offset + half, select, type_, failed, errors),
+        ]
+    )
 
 
 def evaluate_predicate(
@@ -123,24 +176,46 @@ def count_errors(
 ) -> RowErrors:
     """Which rows of ``table`` made which expression fail (the slow path, after an error)."""
     kind = error_kind(failure)
-    failing = [(label, p) for label, p in zip(exprs._labels(), exprs._predicates()) if p]
+    failing = [
+        (label, p, strict)
+        for label, p, strict in zip(exprs._labels(), exprs._predicates(), exprs.strict)
+        if p
+    ]
     if not failing:
         return RowErrors(table.num_rows, kind, [])
     counts = ", ".join(
         f"count(*) FILTER (WHERE coalesce(({p})::BOOLEAN, false)) AS e{i}"
-        for i, (_, p) in enumerate(failing)
+        for i, (_, p, _) in enumerate(failing)
     )
-    any_failed = " OR ".join(f"coalesce(({p})::BOOLEAN, false)" for _, p in failing)
+    any_failed = " OR ".join(f"coalesce(({p})::BOOLEAN, false)" for _, p, _ in failing)
     row = _run(cur, table, f"{counts}, count(*) FILTER (WHERE {any_failed}) AS total").to_pylist()
     values = row[0]
-    by_expression = [
-        (label, int(values[f"e{i}"])) for i, (label, _) in enumerate(failing) if values[f"e{i}"]
-    ]
+    by_expression = []
+    for i, (label, _, strict) in enumerate(failing):
+        if values[f"e{i}"]:
+            by_expression.append((label, int(values[f"e{i}"]), _kind_of(cur, table, strict, kind)))
     return RowErrors(int(values["total"]), kind, by_expression)
+
+
+def _kind_of(cur: duckdb.DuckDBPyConnection, table: pa.Table, strict: str, default: str) -> str:
+    """The kind of error one expression raises over ``table`` (it failed on some row)."""
+    try:
+        _run(cur, table, f"{strict} AS c0")
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as exc:
+        return error_kind(exc)
+    return default
 
 
 # DuckDB's error classes and messages, as the kinds of error users see (never the values).
 _KINDS: list[tuple[str, str]] = [
+    # Rivulet's own checks (PostgreSQL's limits and ranges, over DuckDB's)
+    ("requested length too large", "value too large"),
+    ("date out of range", "datetime value out of range"),
+    ("timestamp out of range", "datetime value out of range"),
+    ("square root of a negative", "invalid argument for power function"),
+    ("logarithm of", "invalid argument for logarithm"),
     ("division by zero", "division by zero"),
     ("regex", "invalid regular expression"),
     ("regular expression", "invalid regular expression"),

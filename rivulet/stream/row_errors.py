@@ -39,10 +39,10 @@ class RowErrorLog:
     def record(self, job_id: int, fragment_id: int, operator: str, errors: RowErrors) -> None:
         if errors.rows <= 0:
             return
-        parts = errors.by_expression or [("", errors.rows)]
+        parts = errors.by_expression or [("", errors.rows, errors.kind)]
         with self._lock:
-            for expression, rows in parts:
-                key = (job_id, fragment_id, operator, errors.kind, expression)
+            for expression, rows, kind in parts:
+                key = (job_id, fragment_id, operator, kind, expression)
                 count = self._counts.setdefault(key, _Count())
                 count.total += rows
                 count.unsaved += rows

@@ -18,6 +18,8 @@ from rivulet.meta.catalog import DEFAULT_USER
 from rivulet.sql.system_catalog.base import ROOT_ROLE_OID, SYS_SCHEMA, sql_str
 
 S = SYS_SCHEMA
+# What rw_raise puts before its message (``raised_message`` finds it again).
+RAISED_PREFIX = "rivulet raised: "
 
 
 def _lookup(relation: str, columns: dict[str, str], alias: str = "_rw_r") -> str:
@@ -55,6 +57,12 @@ def _text(arg: str) -> str:
 
 # Macros that read no relation (created before the views, which may use them).
 PURE: dict[str, str] = {
+    # Raises ``msg`` (as RAISED_PREFIX + msg in a conversion error) where DuckDB's error()
+    # would: error() is volatile, and DuckDB's TRY, which streaming jobs use to turn a
+    # failing value into NULL, refuses volatile functions; this is a plain cast. (The
+    # catalog lookups keep error(): DuckDB folds a constant rw_raise in them when the
+    # statement has parameters, and they are never part of a streaming job.)
+    "rw_raise": f"(msg) AS (CASE WHEN CAST('{RAISED_PREFIX}' || msg AS INTEGER) IS NULL THEN NULL END)",
     # A role's OID: root is 1; other owners get a stable number from their name.
     "role_oid": f"""(role_name) AS CASE WHEN role_name = {sql_str(DEFAULT_USER)}
         THEN {ROOT_ROLE_OID}::UINTEGER
@@ -68,37 +76,37 @@ PURE: dict[str, str] = {
             THEN replace(trim(p)[2:-2], '""', '"') ELSE lower(trim(p)) END)""",
     # PostgreSQL raises on division by zero where DuckDB yields NULL.
     # DuckDB may evaluate a CASE branch for every row of a vector: the divisor is never 0.
-    "rw_div": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a / nullif(b, 0) END",
-    "rw_mod": "(a, b) AS CASE WHEN b = 0 THEN error('division by zero') ELSE a % nullif(b, 0) END",
+    "rw_div": f"(a, b) AS CASE WHEN b = 0 THEN {S}.rw_raise('division by zero') ELSE a / nullif(b, 0) END",
+    "rw_mod": f"(a, b) AS CASE WHEN b = 0 THEN {S}.rw_raise('division by zero') ELSE a % nullif(b, 0) END",
     # PostgreSQL raises where DuckDB returns NaN or an infinity. Each check guards an
     # argument (or tests the result) and raises with PostgreSQL's message; ERROR_STATES
     # gives each message its SQLSTATE.
     "rw_sqrt": "(x) AS sqrt(CASE WHEN x < 0"
-    " THEN error('cannot take square root of a negative number') ELSE x END)",
-    "rw_log_arg": "(x) AS CASE WHEN x = 0 THEN error('cannot take logarithm of zero')"
-    " WHEN x < 0 THEN error('cannot take logarithm of a negative number') ELSE x END",
+    f" THEN {S}.rw_raise('cannot take square root of a negative number') ELSE x END)",
+    "rw_log_arg": f"(x) AS CASE WHEN x = 0 THEN {S}.rw_raise('cannot take logarithm of zero')"
+    f" WHEN x < 0 THEN {S}.rw_raise('cannot take logarithm of a negative number') ELSE x END",
     "rw_ln": f"(x) AS ln({S}.rw_log_arg(x))",
     "rw_log10": f"(x) AS log10({S}.rw_log_arg(x))",
-    "rw_log": f"(b, x) AS log(CASE WHEN b = 1 THEN error('division by zero')"
+    "rw_log": f"(b, x) AS log(CASE WHEN b = 1 THEN {S}.rw_raise('division by zero')"
     f" ELSE {S}.rw_log_arg(b) END, {S}.rw_log_arg(x))",
     # PostgreSQL computes numeric ^ and exp exactly, where a tiny result is no error.
     "rw_is_numeric": "(x) AS typeof(x) LIKE 'DECIMAL%'",
     "rw_pow_base": "(a, b) AS CASE"
-    " WHEN a = 0 AND b < 0 THEN error('zero raised to a negative power is undefined')"
+    f" WHEN a = 0 AND b < 0 THEN {S}.rw_raise('zero raised to a negative power is undefined')"
     " WHEN a < 0 AND b <> floor(b)"
-    " THEN error('a negative number raised to a non-integer power yields a complex result')"
+    f" THEN {S}.rw_raise('a negative number raised to a non-integer power yields a complex result')"
     " ELSE a END",
     "rw_pow": f"""(a, b) AS CASE WHEN isinf(power({S}.rw_pow_base(a, b), b))
             AND NOT isinf(CAST(a AS DOUBLE)) AND NOT isinf(CAST(b AS DOUBLE))
-        THEN error('value out of range: overflow')
+        THEN {S}.rw_raise('value out of range: overflow')
         WHEN power({S}.rw_pow_base(a, b), b) = 0 AND a <> 0 AND NOT isinf(CAST(b AS DOUBLE))
             AND NOT {S}.rw_is_numeric(a) AND NOT {S}.rw_is_numeric(b)
-        THEN error('value out of range: underflow')
+        THEN {S}.rw_raise('value out of range: underflow')
         ELSE power({S}.rw_pow_base(a, b), b) END""",
     "rw_exp": f"""(x) AS CASE WHEN isinf(exp(x)) AND NOT isinf(CAST(x AS DOUBLE))
-        THEN error('value out of range: overflow')
+        THEN {S}.rw_raise('value out of range: overflow')
         WHEN exp(x) = 0 AND NOT isinf(CAST(x AS DOUBLE)) AND NOT {S}.rw_is_numeric(x)
-        THEN error('value out of range: underflow')
+        THEN {S}.rw_raise('value out of range: underflow')
         ELSE exp(x) END""",
     # octet_length of text (DuckDB's takes bytes only).
     "rw_octet_length": "(x) AS CASE WHEN typeof(x) = 'BLOB' THEN octet_length(CAST(x AS BLOB))"
@@ -108,7 +116,7 @@ PURE: dict[str, str] = {
     # wrap the argument that sets the size, so nothing oversized is ever allocated; the
     # functions whose size follows their inputs (string_agg, concat) check their result.
     "rw_len_ok": "(v, n, cap, fn) AS CASE WHEN n > cap"
-    " THEN error('requested length too large: ' || fn || ' would build a value of '"
+    f" THEN {S}.rw_raise('requested length too large: ' || fn || ' would build a value of '"
     " || printf('%.0f', CAST(n AS DOUBLE)) || ' bytes, over max_value_bytes (' || cap || ')')"
     " ELSE v END",
     "rw_repeat": f"(s, n, cap) AS repeat(s, {S}.rw_len_ok(n,"
@@ -150,10 +158,10 @@ PURE: dict[str, str] = {
     "rw_zone_offset": f"""(x, zone) AS CAST(epoch({S}.rw_wall_clock(x, zone))
         - epoch(CAST(CAST(x AS VARCHAR) AS TIMESTAMPTZ)) AS BIGINT)""",
     # The argument of jsonb_each (an object) or jsonb_array_elements (an array).
-    "rw_json_kind": """(j, kind, fn) AS CASE WHEN j IS NULL OR json_type(j) = kind THEN j
-        WHEN kind = 'OBJECT' THEN error('cannot call ' || fn || ' on a non-object')
-        WHEN json_type(j) = 'OBJECT' THEN error('cannot extract elements from an object')
-        ELSE error('cannot extract elements from a scalar') END""",
+    "rw_json_kind": f"""(j, kind, fn) AS CASE WHEN j IS NULL OR json_type(j) = kind THEN j
+        WHEN kind = 'OBJECT' THEN {S}.rw_raise('cannot call ' || fn || ' on a non-object')
+        WHEN json_type(j) = 'OBJECT' THEN {S}.rw_raise('cannot extract elements from an object')
+        ELSE {S}.rw_raise('cannot extract elements from a scalar') END""",
     # Streaming jobs: a row's error yields NULL instead of failing the job.
     "rw_div_safe": "(a, b) AS a / nullif(b, 0)",
     "rw_mod_safe": "(a, b) AS a % nullif(b, 0)",
@@ -338,6 +346,17 @@ VALUE_LIMIT_HINT = (
     "A value may hold at most max_value_bytes bytes (SHOW PARAMETERS);"
     " ALTER SYSTEM SET max_value_bytes = ... raises the limit, up to 1 GB."
 )
+
+
+def raised_message(text: str) -> str | None:
+    """The message ``rw_raise`` raised, from DuckDB's error text (None: not one)."""
+    start = text.find(f"'{RAISED_PREFIX}")
+    if start < 0:
+        return None
+    body = text[start + len(RAISED_PREFIX) + 1 :]
+    end = body.rfind("' to INT32")
+    return body[:end] if end >= 0 else body
+
 
 # The SQLSTATE of each error the macros raise, by the start of its message.
 ERROR_STATES: dict[str, str] = {
