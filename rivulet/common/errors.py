@@ -122,6 +122,8 @@ IO_ERROR = "58030"
 WRONG_OBJECT_TYPE = "42809"
 INVALID_COLUMN_REFERENCE = "42P10"
 PROGRAM_LIMIT_EXCEEDED = "54000"
+STATEMENT_TOO_COMPLEX = "54001"
+IDLE_IN_TRANSACTION_SESSION_TIMEOUT = "25P03"
 
 
 def error_class_for(sqlstate: str) -> type[Error]:
@@ -155,6 +157,17 @@ def sql_error(
     """Build the right PEP 249 error for a SQLSTATE."""
     return error_class_for(sqlstate)(
         message, sqlstate=sqlstate, hint=hint, detail=detail, position=position
+    )
+
+
+def stack_depth_error() -> Error:
+    """A statement nested too deeply for the parser, binder or DuckDB (PostgreSQL's
+    wording)."""
+    return sql_error(
+        STATEMENT_TOO_COMPLEX,
+        "stack depth limit exceeded",
+        hint="The statement nests expressions or parentheses too deeply: flatten it, e.g."
+        " with IN (...) instead of a chain of OR, or split it into several statements.",
     )
 
 

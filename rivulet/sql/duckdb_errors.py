@@ -31,6 +31,7 @@ from rivulet.common.errors import (
     UNIQUE_VIOLATION,
     Error,
     sql_error,
+    stack_depth_error,
 )
 
 _PREFIX = re.compile(r"^[A-Za-z ]+ Error: ", re.S)
@@ -69,6 +70,8 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
 
     if isinstance(exc, duckdb.InterruptException):
         return sql_error(QUERY_CANCELED, "canceling statement due to user request")
+    if "max expression depth limit" in low:
+        return stack_depth_error()
     if "corrupt database file" in low or "could not read enough bytes from file" in low:
         # A block of committed state fails its checksum or is missing (DuckDB reads the
         # store lazily, so damage outside the catalog shows when it is read).
