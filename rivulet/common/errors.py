@@ -141,7 +141,7 @@ def error_class_for(sqlstate: str) -> type[Error]:
         return ProgrammingError
     if cls in ("08",):
         return InterfaceError
-    if cls in ("55", "57", "53", "58", "F0"):
+    if cls in ("55", "57", "53", "54", "58", "F0"):
         return OperationalError
     return InternalError
 

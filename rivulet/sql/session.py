@@ -152,15 +152,16 @@ class Session:
         """Run ``fn(stmt)``, the binding or planning of a statement: on a thread when it
         is long, so that the event loop serves other clients meanwhile. The session's
         own state cannot change while its statement runs; the catalog can (a commit
-        applies on the loop): if it changed meanwhile, ``fn`` runs again, over the
-        statement parsed afresh (``fn`` rewrote the tree it was given)."""
+        applies on the loop). If it changed meanwhile, ``fn`` runs again over the
+        statement parsed afresh (``fn`` rewrote the tree it was given): on a thread once
+        more, then, should the catalog keep changing, on the loop, where it cannot."""
         if len(stmt.text) < _OFF_LOOP_CHARS:
             return fn(stmt)
         loop = asyncio.get_running_loop()
         executor = self.ctx.queries.executor
         catalog = self.ctx.catalog
         attempt = stmt
-        while True:
+        for _ in range(2):
             version = catalog.version
             try:
                 result = await loop.run_in_executor(executor, fn, attempt)
@@ -171,6 +172,7 @@ class Session:
                 if catalog.version == version:
                     return result
             attempt = (await loop.run_in_executor(executor, _parse, stmt.text))[0]
+        return fn(attempt)
 
     async def bind_query_async(self, stmt: Statement) -> BoundQuery:
         """``bind_query``, on a thread when the statement is long."""
