@@ -88,6 +88,12 @@ def test_pg_stat_activity_lists_every_session(own_server: ServerProcess) -> None
         assert by_pid[in_tx.info.backend_pid][8:10] == ("idle in transaction", "SELECT 1")
         assert by_pid[in_tx.info.backend_pid][11] is True
         assert isinstance(outcome[0], psycopg.errors.QueryCanceled)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            in_tx.execute("SELECT * FROM no_such_table")
+        assert me.execute(
+            "SELECT state FROM pg_stat_activity WHERE pid = %s", [in_tx.info.backend_pid]
+        ).fetchone() == ("idle in transaction (aborted)",)
+        in_tx.execute("ROLLBACK")
         # The client port is the one the client connected from.
         (port,) = idle.execute(  # type: ignore[misc]
             "SELECT client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()"

@@ -166,12 +166,24 @@ class Connection:
         self.statements: dict[str, PreparedStatement] = {}
         self.portals: dict[str, Portal] = {}
         self.skip_until_sync = False
-        self.transaction_failed = False
+        self._transaction_failed = False
         self.closing = False
         # Whether the client went away while a statement ran (its socket hit EOF).
         self.client_gone = False
         self._task: asyncio.Task[None] | None = None
         # Prepared statements run since the last Sync.
+
+    @property
+    def transaction_failed(self) -> bool:
+        """A statement failed inside the open transaction block (pg_stat_activity shows
+        the session as ``idle in transaction (aborted)``)."""
+        return self._transaction_failed
+
+    @transaction_failed.setter
+    def transaction_failed(self, failed: bool) -> None:
+        self._transaction_failed = failed
+        if self.session is not None:
+            self.session.transaction_failed = failed
 
     # ------------------------------------------------------------- plumbing
     async def flush(self) -> None:
