@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import duckdb
@@ -253,18 +253,13 @@ class Session:
         error.__cause__ = exc
         return error
 
-    @contextlib.contextmanager
-    def running(self, text: str) -> Iterator[None]:
+    def running(self, text: str) -> _StatementSpan:
         """The span of one statement (the outermost of nested ones counts): what
         pg_stat_activity shows, its ``statement_timeout``, the cancel requests that
         interrupt it. pgwire opens it around a statement and the sending of its rows."""
-        if self._depth:
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-            return
+        return _StatementSpan(self, text)
+
+    def _begin(self, text: str) -> asyncio.TimerHandle | None:
         if self.closed:
             raise sql_error(ADMIN_SHUTDOWN, TERMINATED)
         loop = asyncio.get_running_loop()
@@ -276,19 +271,16 @@ class Session:
         self.query_start = self.state_change = now()
         self.active = True
         timeout_ms = int(self.config.get("statement_timeout") or 0)
-        timer = loop.call_later(timeout_ms / 1000, self._time_out) if timeout_ms else None
-        try:
-            yield
-        finally:
-            if timer is not None:
-                timer.cancel()
-            self._depth = 0
-            self.active = False
-            self.state_change = now()
-            if not self.in_transaction:
-                self.xact_start = None
-            elif self.xact_start is None:  # this statement began the transaction block
-                self.xact_start = self.query_start
+        return loop.call_later(timeout_ms / 1000, self._time_out) if timeout_ms else None
+
+    def _end(self) -> None:
+        self._depth = 0
+        self.active = False
+        self.state_change = now()
+        if not self.in_transaction:
+            self.xact_start = None
+        elif self.xact_start is None:  # this statement began the transaction block
+            self.xact_start = self.query_start
 
     def activity(self) -> Activity:
         if self.active:
@@ -459,6 +451,34 @@ class Session:
         self.cancel()
         self.closed = True
         self.ctx.sessions.pop(self.id, None)
+
+
+class _StatementSpan:
+    """``Session.running``: a context manager cheap enough for every ``SELECT 1``."""
+
+    __slots__ = ("nested", "session", "text", "timer")
+
+    def __init__(self, session: Session, text: str) -> None:
+        self.session = session
+        self.text = text
+        self.nested = False
+        self.timer: asyncio.TimerHandle | None = None
+
+    def __enter__(self) -> None:
+        session = self.session
+        if session._depth:
+            session._depth += 1
+            self.nested = True
+        else:
+            self.timer = session._begin(self.text)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.nested:
+            self.session._depth -= 1
+            return
+        if self.timer is not None:
+            self.timer.cancel()
+        self.session._end()
 
 
 def _parse(sql: str) -> list[Statement]:

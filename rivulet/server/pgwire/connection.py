@@ -9,7 +9,6 @@ Sync); only a broken protocol or a vanished client ends it, and then only this o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import secrets
@@ -508,8 +507,19 @@ class Connection:
         assert self.session is not None
         self._check_not_aborted(stmt)
         was_failed = self.transaction_failed
-        async with self._watching_client():
+        # While a statement runs nothing reads the socket: past a moment, watch it, so
+        # that a client that went away has its statement interrupted (its DuckDB query
+        # stops and its thread is free). What the client sends meanwhile stays buffered.
+        watch: list[asyncio.Task[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            _WATCH_AFTER_SECONDS, self._watch_client, watch
+        )
+        try:
             result = await self.session.execute_statement(stmt, params)
+        finally:
+            timer.cancel()
+            if watch:
+                await self._unwatch_client(watch[0])
         if not self.session.in_transaction:
             self.transaction_failed = False
             if was_failed and result.tag == "COMMIT":
@@ -519,37 +529,24 @@ class Connection:
             self._clear_portals()
         return result
 
-    @contextlib.asynccontextmanager
-    async def _watching_client(self):  # type: ignore[no-untyped-def]
-        """While a statement runs nothing reads the socket: past a moment, watch it, so
-        that a client that went away has its statement interrupted (its DuckDB query
-        stops and its thread is free). What the client sent meanwhile stays buffered."""
-        loop = asyncio.get_running_loop()
-        watch: list[asyncio.Task[None]] = []
+    def _watch_client(self, watch: list[asyncio.Task[None]]) -> None:
+        task = asyncio.get_running_loop().create_task(self.reader.watch_for_eof())
+        task.add_done_callback(self._client_gone)
+        watch.append(task)
 
-        def client_gone(task: asyncio.Task[None]) -> None:
-            if not task.cancelled():
-                self.client_gone = True
-                if self.session is not None:
-                    self.session.cancel(CANCEL_CLIENT_GONE)
+    def _client_gone(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            self.client_gone = True
+            if self.session is not None:
+                self.session.cancel(CANCEL_CLIENT_GONE)
 
-        def start() -> None:
-            task = loop.create_task(self.reader.watch_for_eof())
-            task.add_done_callback(client_gone)
-            watch.append(task)
-
-        timer = loop.call_later(_WATCH_AFTER_SECONDS, start)
-        try:
-            yield
-        finally:
-            timer.cancel()
-            for task in watch:
-                task.remove_done_callback(client_gone)
-                task.cancel()
-                # Stopped before anything reads the socket again (its read is pending).
-                await asyncio.wait([task])
-                if not task.cancelled():
-                    task.exception()  # retrieved (a reset connection): nothing to report
+    async def _unwatch_client(self, task: asyncio.Task[None]) -> None:
+        task.remove_done_callback(self._client_gone)
+        task.cancel()
+        # Stopped before anything reads the socket again (its read is pending).
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved (a reset connection): nothing to report
 
     async def _run_simple(self, stmt: Statement) -> bool:
         """Run one statement of a simple query; False when it failed (the rest is skipped)."""
