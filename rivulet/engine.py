@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import duckdb
+import pyarrow as pa
 
 from rivulet.common.errors import Error
 from rivulet.meta.barrier_manager import BarrierManager, FailureDomain, row_errors_writer
@@ -28,6 +29,8 @@ from rivulet.meta.fragments import replace_graph
 from rivulet.meta.recovery import ActorInfo
 from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
+from rivulet.sql.functions import SIGNAL_BACKEND_FUNCTION
+from rivulet.sql.query_pool import QueryPool
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
 from rivulet.storage.state_store import StateStore, StoreOptions, damaged_error, duckdb_text
@@ -46,7 +49,8 @@ class EngineOptions:
     that a test's interleaving replays exactly."""
 
     store: StoreOptions = field(default_factory=StoreOptions)
-    query_threads: int | None = None
+    # Threads for the dataflow's DuckDB work (user statements have a pool of their own).
+    stream_threads: int | None = None
     workers: int | None = None
     slots: int | None = None
     # None: the stored system parameter (default 1000); a number overrides it for this run.
@@ -89,8 +93,11 @@ class Engine:
             self.cluster = Cluster(self.store, workers=options.workers, slots=options.slots)
             self.store.lock_configuration()
             self._commit_executor = ThreadPoolExecutor(1, thread_name_prefix="rivulet-commit")
-            threads = options.query_threads or max(4, 2 * (os.cpu_count() or 2))
-            self._query_executor = ThreadPoolExecutor(threads, thread_name_prefix="rivulet-query")
+            # The dataflow's DuckDB work never queues behind a user's query: the two have
+            # separate pools (and the commit its own thread).
+            threads = options.stream_threads or max(4, 2 * (os.cpu_count() or 2))
+            self._stream_executor = ThreadPoolExecutor(threads, thread_name_prefix="rivulet-stream")
+            self.queries = QueryPool(int(self.params.get("max_concurrent_queries")))
             self.row_errors = RowErrorLog()
             self.barrier = BarrierManager(
                 self.store,
@@ -124,7 +131,13 @@ class Engine:
                 barrier=self.barrier,
                 ddl=self.ddl,
                 params=self.params,
-                query_executor=self._query_executor,
+                queries=self.queries,
+            )
+            self.store.register_function(
+                SIGNAL_BACKEND_FUNCTION,
+                self._signal_backends,
+                ["INTEGER", "BOOLEAN"],
+                "BOOLEAN",
             )
         except duckdb.Error as exc:
             self.store.close()
@@ -163,12 +176,14 @@ class Engine:
     def _apply_system_param(self, name: str, value: str) -> None:
         if name == "barrier_interval_ms":
             self.barrier.interval_ms = int(value)
+        elif name == "max_concurrent_queries":
+            self.queries.set_limit(int(value))
 
     def _replan_materialized_view(self, table: TableCatalog) -> PlanNode:
         """An MV's stream plan, planned again from its definition (restart, recovery)."""
         from rivulet.sql.handlers.ddl import plan_mv_statement
 
-        session = self.new_session()
+        session = Session(self.frontend)  # internal: not a client's, not listed
         stmt = session.parse(table.definition)[0]
         root = plan_mv_statement(session, stmt, stmt.ast).root
         assert isinstance(root, MaterializeNode)
@@ -176,6 +191,17 @@ class Engine:
         root.table_name = table.name
         root.state_schema = table.state_schema()
         return root
+
+    def _signal_backends(self, pids: pa.Array, terminate: pa.Array) -> pa.Array:
+        """pg_cancel_backend / pg_terminate_backend, over a batch of rows (called by
+        DuckDB on a query thread)."""
+        return pa.array(
+            [
+                None if pid is None else self.frontend.signal_backend(pid, bool(kill))
+                for pid, kill in zip(pids.to_pylist(), terminate.to_pylist())
+            ],
+            pa.bool_(),
+        )
 
     def _rebuild_dataflow(self, error: Error) -> Callable[[], None]:
         """After a failure: drop every actor and rebuild the jobs of the catalog from the
@@ -267,10 +293,13 @@ class Engine:
         if self.options.deterministic:
             return fn(self.store.cursor())
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._query_executor, lambda: fn(self.store.cursor()))
+        return await loop.run_in_executor(self._stream_executor, lambda: fn(self.store.cursor()))
 
     def new_session(self, user: str = "root", database: str = "dev") -> Session:
-        return Session(self.frontend, user=user, database=database)
+        """A client's session (listed in pg_stat_activity until it is closed)."""
+        session = Session(self.frontend, user=user, database=database)
+        self.frontend.sessions[session.id] = session
+        return session
 
     async def shutdown(self) -> None:
         """Commit what is pending, stop the jobs, then release everything."""
@@ -291,7 +320,8 @@ class Engine:
         if self.closed:
             return
         self.closed = True
-        self._query_executor.shutdown(wait=True, cancel_futures=True)
+        self.queries.shutdown()
+        self._stream_executor.shutdown(wait=True, cancel_futures=True)
         self._commit_executor.shutdown(wait=True)
         with contextlib.suppress(Exception):
             if self.store.directory is not None:

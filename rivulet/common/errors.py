@@ -133,6 +133,8 @@ TOO_MANY_CONNECTIONS = "53300"
 INVALID_ARGUMENT_FOR_LOG = "2201E"
 INVALID_ARGUMENT_FOR_POWER = "2201F"
 CHARACTER_NOT_IN_REPERTOIRE = "22021"
+STATEMENT_TOO_COMPLEX = "54001"
+IDLE_IN_TRANSACTION_SESSION_TIMEOUT = "25P03"
 
 
 def error_class_for(sqlstate: str) -> type[Error]:
@@ -167,6 +169,17 @@ def sql_error(
     """Build the right PEP 249 error for a SQLSTATE."""
     return error_class_for(sqlstate)(
         message, sqlstate=sqlstate, hint=hint, detail=detail, position=position, context=context
+    )
+
+
+def stack_depth_error() -> Error:
+    """A statement nested too deeply for the parser, binder or DuckDB (PostgreSQL's
+    wording)."""
+    return sql_error(
+        STATEMENT_TOO_COMPLEX,
+        "stack depth limit exceeded",
+        hint="The statement nests expressions or parentheses too deeply: flatten it, e.g."
+        " with IN (...) instead of a chain of OR, or split it into several statements.",
     )
 
 

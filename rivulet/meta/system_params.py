@@ -139,6 +139,19 @@ PARAMS: dict[str, SystemParam] = {
             _int_in(1024, MAX_ALLOC_BYTES),
         ),
         SystemParam(
+            "max_concurrent_queries",
+            "8",
+            "User statements that read stored rows and may run at once; the others wait"
+            " their turn (statements over constants and the system catalog never wait).",
+            _int_in(1, 256),
+        ),
+        SystemParam(
+            "max_statement_bytes",
+            str(16 << 20),
+            "The longest statement text accepted, in bytes (longer ones fail with 54000).",
+            _int_in(1024, 1 << 30),
+        ),
+        SystemParam(
             "state_store",
             "duckdb",
             "Where operator state and tables are stored.",

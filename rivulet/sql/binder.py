@@ -36,6 +36,7 @@ from rivulet.meta.catalog import (
     TableCatalog,
 )
 from rivulet.meta.system_params import DEFAULT_MAX_VALUE_BYTES
+from rivulet.sql.activity import Activity
 from rivulet.sql.functions import (
     ALLOWED_ANONYMOUS,
     ALLOWED_NODE_TYPES,
@@ -43,6 +44,7 @@ from rivulet.sql.functions import (
     JSON_TABLE_FUNCTIONS,
     SESSION_FUNCTIONS,
     SESSION_NODE_NAMES,
+    SIGNAL_BACKEND_FUNCTION,
     function_name,
 )
 from rivulet.sql.scope import names_a_cte
@@ -84,6 +86,8 @@ class BindContext:
     setting: Callable[[str], str | None] = field(default=lambda _name: None)
     # The system parameter max_value_bytes: the largest value a function may build.
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    # Every client session's activity, for pg_stat_activity.
+    activity: Callable[[], list[Activity]] = field(default=lambda: [])
 
 
 @dataclass
@@ -94,6 +98,13 @@ class BoundQuery:
     param_count: int
     param_types: list[DataType | None]
     tables: list[TableCatalog]
+    # Whether it reads stored or generated rows (tables, MVs, table functions, CTEs):
+    # such work waits its turn for a query thread; work over constants and the system
+    # catalog never waits (``sql.query_pool``).
+    reads_data: bool = True
+    # Whether its SQL holds state outside the catalog and the session's settings (other
+    # sessions' activity): never cached, never prepared.
+    volatile: bool = False
 
 
 def position_of(node: exp.Expression) -> int | None:
@@ -192,12 +203,15 @@ class Binder:
         """Bind a SELECT (or VALUES / set operation) for DuckDB."""
         if name_outputs:
             self.name_output_columns(ast)
+        volatile = any(t.name == "pg_stat_activity" for t in ast.find_all(exp.Table))
         ast = self.prepare(ast)
         return BoundQuery(
             sql=ast.sql(dialect=DUCKDB),
             param_count=self.param_count,
             param_types=self.param_type_list(),
             tables=self.tables,
+            reads_data=any(t.db != SYS_SCHEMA for t in ast.find_all(exp.Table)),
+            volatile=volatile,
         )
 
     def prepare(self, ast: exp.Expression) -> exp.Expression:
@@ -516,6 +530,24 @@ class Binder:
             return exp.Array(expressions=[exp.Literal.string(s) for s in schemas])
         if name == "pg_backend_pid":
             return exp.Literal.number(ctx.session_id)
+        if name in ("pg_cancel_backend", "pg_terminate_backend"):
+            if len(args) != 1:
+                raise sql_error(
+                    UNDEFINED_FUNCTION,
+                    f"function {name}() takes one argument, the pid of a session",
+                    hint="pg_stat_activity lists the sessions and their pids.",
+                )
+            # A DuckDB function with side effects (the engine's), evaluated row by row
+            # at run time: ``SELECT pg_cancel_backend(pid) FROM pg_stat_activity ...``.
+            call = exp.Anonymous(
+                this=SIGNAL_BACKEND_FUNCTION,
+                expressions=[
+                    exp.Cast(this=args[0], to=exp.DataType.build("INTEGER")),
+                    exp.Boolean(this=name == "pg_terminate_backend"),
+                ],
+            )
+            call.meta[INTERNAL] = True
+            return call
         if name == "current_setting":
             if not args or not isinstance(args[0], exp.Literal):
                 raise sql_error(

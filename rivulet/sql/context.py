@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import duckdb
 import numpy as np
@@ -17,10 +14,15 @@ from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog, TableCatalog
 from rivulet.meta.ddl_controller import DdlController
 from rivulet.meta.system_params import SystemParams
+from rivulet.sql.activity import Activity
+from rivulet.sql.query_pool import QueryPool
 from rivulet.sql.system_catalog import SystemCatalog
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import StateTableSchema, quote_ident
 from rivulet.stream.runtime import StreamRuntime
+
+if TYPE_CHECKING:
+    from rivulet.sql.session import Session
 
 T = TypeVar("T")
 
@@ -69,10 +71,28 @@ class FrontendContext:
     barrier: BarrierManager
     ddl: DdlController
     params: SystemParams
-    query_executor: ThreadPoolExecutor
+    queries: QueryPool
     session_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+    # The client sessions (pg_stat_activity, pg_cancel_backend), by id.
+    sessions: dict[int, Session] = field(default_factory=dict)
     database: str = "dev"
     _row_ids: dict[int, RowIdGenerator] = field(default_factory=dict)
+
+    def activity(self) -> list[Activity]:
+        """What every client session is doing (pg_stat_activity)."""
+        return [session.activity() for session in list(self.sessions.values())]
+
+    def signal_backend(self, pid: int, terminate: bool) -> bool:
+        """pg_cancel_backend / pg_terminate_backend (from any thread): whether a session
+        with that pid exists (and was signalled)."""
+        session = self.sessions.get(pid)
+        if session is None:
+            return False
+        if terminate:
+            session.terminate()
+        else:
+            session.cancel()
+        return True
 
     def row_ids(self, table: TableCatalog) -> RowIdGenerator:
         """The ``_row_id`` generator of a table without a primary key."""
@@ -80,8 +100,3 @@ class FrontendContext:
         if generator is None:
             generator = self._row_ids[table.id] = RowIdGenerator(table.state_schema())
         return generator
-
-    async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
-        """Run ``fn(cursor)`` on a query thread with that thread's own DuckDB cursor."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.query_executor, lambda: fn(self.store.cursor()))

@@ -33,6 +33,7 @@ from rivulet.common.errors import (
     UNIQUE_VIOLATION,
     Error,
     sql_error,
+    stack_depth_error,
 )
 from rivulet.sql.system_catalog.macros import ERROR_STATES, VALUE_LIMIT_HINT, raised_message
 
@@ -91,6 +92,8 @@ def translate(exc: duckdb.Error, sql: str | None = None) -> Error:
 
     if isinstance(exc, duckdb.InterruptException):
         return sql_error(QUERY_CANCELED, "canceling statement due to user request")
+    if "max expression depth limit" in low:
+        return stack_depth_error()
     if "corrupt database file" in low or "could not read enough bytes from file" in low:
         # A block of committed state fails its checksum or is missing (DuckDB reads the
         # store lazily, so damage outside the catalog shows when it is read).

@@ -433,11 +433,16 @@ SESSION_FUNCTIONS = frozenset(
         "current_role",
         "current_setting",
         "pg_backend_pid",
+        "pg_cancel_backend",
+        "pg_terminate_backend",
         "inet_server_addr",
         "inet_server_port",
         "pg_postmaster_start_time",
     ]
 )
+# The DuckDB function (registered by the engine) that pg_cancel_backend and
+# pg_terminate_backend call: (pid INTEGER, terminate BOOLEAN) -> BOOLEAN.
+SIGNAL_BACKEND_FUNCTION = "rw_signal_backend"
 # Typed nodes sqlglot makes of session functions, with the PostgreSQL name of each.
 SESSION_NODE_NAMES: dict[type[exp.Expression], str] = {
     t: name

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from rivulet.common.errors import (
     CONFIG_FILE_ERROR,
@@ -60,6 +61,7 @@ META_SCHEMA = "meta"
 @dataclass(frozen=True, slots=True)
 class StoreOptions:
     memory_limit: str = "1GB"
+    # DuckDB's threads (None: one less than the cores, at least one).
     threads: int | None = None
 
 
@@ -178,6 +180,30 @@ def open_error(db_path: str, exc: duckdb.Error) -> Error:
     return damaged_error(db_path, text)
 
 
+def stream_query(
+    cur: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None, batch_rows: int
+) -> tuple[list[tuple[str, str]], pa.RecordBatchReader | None]:
+    """Run a query whose rows are read as Arrow record batches, computed as they are
+    read: (name, DuckDB type) of each column, and the reader (None for a statement that
+    returns no rows). The reader holds ``cur`` until it is read out or closed.
+
+    DuckDB's relation API (``cur.sql(...).to_arrow_reader()``) binds every statement
+    twice; its result submission runs it once, which matters for ``SELECT 1``."""
+    submit = getattr(cur, "_submit", None)
+    if submit is None:
+        relation = cur.sql(sql, params=params or None)
+        if relation is None:
+            return [], None
+        columns = [(n, str(t)) for n, t in zip(relation.columns, relation.types)]
+        return columns, relation.to_arrow_reader(batch_rows)
+    result = submit(sql, params or None, "stream", batch_rows)
+    if result.return_type != "query_result":
+        result.close()
+        return [], None
+    columns = [(d[0], str(d[1])) for d in result.description]
+    return columns, result.arrow_reader()
+
+
 def damaged_error(db_path: str, text: str) -> Error:
     """The error for a store whose file is damaged (corrupt, truncated, unreadable)."""
     return sql_error(
@@ -250,8 +276,9 @@ class StateStore:
             # PostgreSQL semantics: 5 / 2 = 2 for integers.
             "integer_division": True,
         }
-        if options.threads:
-            config["threads"] = options.threads
+        # One query's DuckDB threads (its own and the shared workers) leave a core to
+        # the dataflow and the event loop: every query runs on all but one core.
+        config["threads"] = options.threads or max(1, (os.cpu_count() or 2) - 1)
         return config
 
     def _marked_epoch(self) -> int:
@@ -426,9 +453,41 @@ class StateStore:
         """A cursor the caller owns (and closes), for work that may be interrupted."""
         return self._root.cursor()
 
+    def detach_cursor(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """Hand this thread's cursor ``cur`` to the caller, who closes it with
+        ``release_cursor``: a result left open on it (a stream read later, from any
+        thread) holds the cursor, so the thread takes a new one for its next work."""
+        if getattr(self._local, "cursor", None) is cur:
+            self._local.cursor = None
+
+    def release_cursor(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """Close a detached cursor (and whatever result it still holds)."""
+        with self._cursors_lock, contextlib.suppress(ValueError):
+            self._cursors.remove(cur)
+        with contextlib.suppress(duckdb.Error):
+            cur.close()
+
     def interrupt(self, cursor: duckdb.DuckDBPyConnection) -> None:
         with contextlib.suppress(duckdb.Error):
             cursor.interrupt()
+
+    def register_function(
+        self,
+        name: str,
+        fn: Callable[..., pa.Array],
+        parameters: list[str],
+        returns: str,
+    ) -> None:
+        """A DuckDB scalar function implemented in Python over Arrow arrays, with side
+        effects (never folded into a constant), visible to every cursor."""
+        self._root.create_function(
+            name,
+            fn,
+            [duckdb.sqltype(p) for p in parameters],
+            duckdb.sqltype(returns),
+            type="arrow",
+            side_effects=True,
+        )
 
     def run_setup(self, statements: Iterable[str | tuple[str, list[object]]]) -> None:
         """Set-up statements at start (schemas, macros, meta tables), with parameters."""

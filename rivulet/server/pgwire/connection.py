@@ -13,6 +13,7 @@ import logging
 import re
 import secrets
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from rivulet.common.errors import (
     ADMIN_SHUTDOWN,
     DUPLICATE_PREPARED_STATEMENT,
     FEATURE_NOT_SUPPORTED,
+    IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
     INTERNAL_ERROR,
     INVALID_AUTHORIZATION,
     INVALID_CATALOG_NAME,
@@ -40,11 +42,13 @@ from rivulet.meta.catalog import DEFAULT_DATABASE
 from rivulet.server.pgwire import codec
 from rivulet.server.pgwire import messages as m
 from rivulet.server.pgwire.auth import MECHANISM, AuthFailed, ScramExchange
+from rivulet.server.pgwire.result_rows import ResultRows
 from rivulet.sql import dialect
 from rivulet.sql.handlers import describe
 from rivulet.sql.handlers.copy import CopyLoader
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, CopyInRequest, Notice, StatementResult
+from rivulet.sql.session import CANCEL_CLIENT_GONE
 from rivulet.sql.session_config import VARIABLES
 
 if TYPE_CHECKING:
@@ -58,6 +62,9 @@ _ROW_BATCH = 65_536
 _FLUSH_BYTES = 1 << 20
 # A refused client (too many connections) gets this long to send its startup packet.
 _REFUSAL_TIMEOUT_SECONDS = 5.0
+# A statement running this long gets a watch on its client's socket: a client that went
+# away has its statement interrupted (quicker ones finish before a watch would pay off).
+_WATCH_AFTER_SECONDS = 0.05
 
 # Statements whose result columns are only known by running them.
 _RUN_TO_DESCRIBE = (exp.Query, exp.Describe, dialect.ShowStatement, dialect.ExplainStatement)
@@ -97,9 +104,17 @@ class Portal:
     result_formats: list[int]
     result: StatementResult | None = None
     sent_side_messages: bool = False
-    rows_sent: int = 0
+    # Where its rows stand, once an Execute began sending them.
+    rows: ResultRows | None = None
     done: bool = False
     columns: list[Column] | None = field(default=None)
+
+    def close(self) -> None:
+        """Release what an unfinished result holds (a stream's DuckDB cursor)."""
+        if self.rows is not None:
+            self.rows.close()
+        elif self.result is not None:
+            self.result.close()
 
 
 def _is_transaction_end(stmt: Statement | None) -> bool:
@@ -158,9 +173,24 @@ class Connection:
         self.statements: dict[str, PreparedStatement] = {}
         self.portals: dict[str, Portal] = {}
         self.skip_until_sync = False
-        self.transaction_failed = False
+        self._transaction_failed = False
         self.closing = False
+        # Whether the client went away while a statement ran (its socket hit EOF).
+        self.client_gone = False
+        self._task: asyncio.Task[None] | None = None
         # Prepared statements run since the last Sync.
+
+    @property
+    def transaction_failed(self) -> bool:
+        """A statement failed inside the open transaction block (pg_stat_activity shows
+        the session as ``idle in transaction (aborted)``)."""
+        return self._transaction_failed
+
+    @transaction_failed.setter
+    def transaction_failed(self, failed: bool) -> None:
+        self._transaction_failed = failed
+        if self.session is not None:
+            self.session.transaction_failed = failed
 
     # ------------------------------------------------------------- plumbing
     async def flush(self) -> None:
@@ -190,6 +220,7 @@ class Connection:
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> None:
         """Serve the client until it leaves; never raises (except cancellation)."""
+        self._task = asyncio.current_task()
         timeout = (
             _REFUSAL_TIMEOUT_SECONDS
             if self.refusal is not None
@@ -222,6 +253,7 @@ class Connection:
 
     async def _close(self) -> None:
         self.server.unregister(self)
+        self._clear_portals()
         if self.session is not None:
             self.session.close()
         try:
@@ -274,6 +306,10 @@ class Connection:
         session = self.server.engine.new_session(user=self.user, database=database)
         self.session = session
         session.notice_sink = self._send_notice_now
+        session.on_terminate = self.terminate
+        peer = self.writer.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            session.client_addr, session.client_port = str(peer[0]), int(peer[1])
         try:
             self._apply_startup_settings(params)
         except Error as exc:
@@ -386,7 +422,7 @@ class Connection:
         while True:
             if self.out and not self.reader.has_buffered():
                 await self.flush()
-            kind, body = await self.reader.read_message()
+            kind, body = await self._next_message()
             if kind == b"X":
                 return
             if kind == b"S":
@@ -430,28 +466,59 @@ class Connection:
         self._send_error(exc)
         self.skip_until_sync = True
 
+    async def _next_message(self) -> tuple[bytes, bytes]:
+        """The next message; a session idle inside a transaction block longer than its
+        ``idle_in_transaction_session_timeout`` is ended (FATAL 25P03), as PostgreSQL."""
+        session = self.session
+        if session is None or not session.in_transaction or self.reader.has_buffered():
+            return await self.reader.read_message()
+        idle_ms = int(session.config.get("idle_in_transaction_session_timeout") or 0)
+        if not idle_ms:
+            return await self.reader.read_message()
+        try:
+            return await asyncio.wait_for(self.reader.read_message(), idle_ms / 1000)
+        except TimeoutError:
+            self._fatal(
+                IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+                "terminating connection due to idle-in-transaction timeout",
+            )
+            raise m.ClientGone() from None
+
     def _sync(self) -> None:
         self.skip_until_sync = False
         if self.session is not None and not self.session.in_transaction:
-            self.portals.clear()  # the implicit transaction ends: its portals go
+            self._clear_portals()  # the implicit transaction ends: its portals go
             self.transaction_failed = False
         self.out += m.READY[self._status()]
+
+    def _clear_portals(self) -> None:
+        for portal in self.portals.values():
+            portal.close()
+        self.portals.clear()
+
+    def _drop_portal(self, name: str) -> None:
+        portal = self.portals.pop(name, None)
+        if portal is not None:
+            portal.close()
 
     # --------------------------------------------------------- simple query
     async def _simple_query(self, body: bytes) -> None:
         assert self.session is not None
         sql = m.Body(body).cstring()
-        log.debug("session %d: query %r", self.process_id, sql)
-        self.portals.pop("", None)
+        log.debug("session %d: query %r", self.process_id, sql[:1000])
+        self._drop_portal("")
         dealloc = _DEALLOCATE.match(sql)
         if dealloc:
             self._deallocate(dealloc.group(1), dealloc.group(2))
         else:
-            statements = self.session.parse(sql)
+            statements = await self.session.parse_async(sql)
             if not statements:
                 self.out += m.EMPTY_QUERY
             for stmt in statements:
-                if not await self._run_simple(stmt):
+                # Each statement is timed and shown on its own, its rows' sending included.
+                with self.session.running(stmt.text):
+                    ok = await self._run_simple(stmt)
+                if not ok:
                     break
         self.out += m.READY[self._status()]
 
@@ -478,18 +545,50 @@ class Connection:
         assert self.session is not None
         self._check_not_aborted(stmt)
         was_failed = self.transaction_failed
-        result = await self.session.execute_statement(stmt, params)
+        # While a statement runs nothing reads the socket: past a moment, watch it, so
+        # that a client that went away has its statement interrupted (its DuckDB query
+        # stops and its thread is free). What the client sends meanwhile stays buffered.
+        watch: list[asyncio.Task[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            _WATCH_AFTER_SECONDS, self._watch_client, watch
+        )
+        try:
+            result = await self.session.execute_statement(stmt, params)
+        finally:
+            timer.cancel()
+            if watch:
+                await self._unwatch_client(watch[0])
         if not self.session.in_transaction:
             self.transaction_failed = False
             if was_failed and result.tag == "COMMIT":
                 result.tag = "ROLLBACK"  # a failed transaction block can only roll back
         if isinstance(stmt.tree, dialect.DiscardStatement) and result.tag == "DISCARD ALL":
             self.statements.clear()
-            self.portals.clear()
+            self._clear_portals()
         return result
+
+    def _watch_client(self, watch: list[asyncio.Task[None]]) -> None:
+        task = asyncio.get_running_loop().create_task(self.reader.watch_for_eof())
+        task.add_done_callback(self._client_gone)
+        watch.append(task)
+
+    def _client_gone(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled():
+            self.client_gone = True
+            if self.session is not None:
+                self.session.cancel(CANCEL_CLIENT_GONE)
+
+    async def _unwatch_client(self, task: asyncio.Task[None]) -> None:
+        task.remove_done_callback(self._client_gone)
+        task.cancel()
+        # Stopped before anything reads the socket again (its read is pending).
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved (a reset connection): nothing to report
 
     async def _run_simple(self, stmt: Statement) -> bool:
         """Run one statement of a simple query; False when it failed (the rest is skipped)."""
+        result: StatementResult | None = None
         try:
             result = await self._run_statement(stmt, [])
             self._side_messages(result)
@@ -500,8 +599,9 @@ class Connection:
             elif result.is_query:
                 assert result.columns is not None
                 self.out += self._row_description(result.columns, [])
-                await self._send_rows(result, result.columns, [], 0, None)
-                self.out += m.command_complete(result.tag)
+                rows = ResultRows(self.session, result)  # type: ignore[arg-type]
+                sent = await self._send_rows(rows, result.columns, [], None)
+                self.out += m.command_complete(result.counted_tag(sent))
             else:
                 self.out += m.command_complete(result.tag)
             return True
@@ -514,6 +614,9 @@ class Connection:
             log.exception("unexpected error in connection %s", self.process_id)
             self._send_error(_internal(exc))
             return False
+        finally:
+            if result is not None:
+                result.close()
 
     def _side_messages(self, result: StatementResult) -> None:
         """Notices and ParameterStatus changes that go with a result."""
@@ -569,33 +672,32 @@ class Connection:
         )
 
     async def _send_rows(
-        self,
-        result: StatementResult,
-        columns: list[Column],
-        formats: list[int],
-        start: int,
-        limit: int | None,
+        self, rows: ResultRows, columns: list[Column], formats: list[int], limit: int | None
     ) -> int:
-        """DataRows for rows ``start``.. (at most ``limit``); returns how many were sent."""
-        table = result.rows
-        if table is None:
-            return 0
+        """DataRows for the next rows (at most ``limit``); returns how many were sent.
+        Output is flushed (and the socket drained) as it grows: a streamed result is
+        read no faster than the client takes it."""
         if len(formats) > 1 and len(formats) != len(columns):
             raise sql_error(
                 PROTOCOL_VIOLATION,
                 f"bind message has {len(formats)} result formats but query has {len(columns)} columns",
             )
-        end = table.num_rows if limit is None else min(table.num_rows, start + limit)
         types = [c.type for c in columns]
         timezone = self.timezone
-        pos = start
-        while pos < end:
-            piece = table.slice(pos, min(_ROW_BATCH, end - pos))
-            self.out += codec.encode_rows(piece, types, formats, timezone)
-            pos += piece.num_rows
+
+        def encode(table: pa.Table) -> bytes:
+            return codec.encode_rows(table, types, formats, timezone)
+
+        sent = 0
+        while limit is None or sent < limit:
+            data, n = await rows.next_piece(None if limit is None else limit - sent, encode)
+            if not n:
+                break
+            self.out += data
+            sent += n
             if len(self.out) >= _FLUSH_BYTES:
                 await self.flush()
-        return end - start
+        return sent
 
     # ------------------------------------------------------------------ COPY
     async def _copy_in(self, request: CopyInRequest) -> bool:
@@ -607,12 +709,15 @@ class Connection:
         failure: Error | None = None
         while True:
             kind, body = await self.reader.read_message()
+            if failure is None and self.session.cancel_requested:
+                # statement_timeout (or a cancel): the rest of the data is read and dropped.
+                failure = self.session.cancel_error()
             if kind == b"d":
                 if failure is None:
                     try:
                         await loader.feed(body)
                     except Error as exc:
-                        failure = exc
+                        failure = self.session.statement_error(exc)  # type: ignore[assignment]
                     except Exception as exc:
                         log.exception("COPY data failed")
                         failure = _internal(exc)
@@ -636,7 +741,7 @@ class Connection:
             try:
                 count = await loader.finish()
             except Error as exc:
-                failure = exc
+                failure = self.session.statement_error(exc)  # type: ignore[assignment]
             except Exception as exc:
                 log.exception("COPY failed")
                 failure = _internal(exc)
@@ -647,8 +752,9 @@ class Connection:
         return True
 
     async def _copy_out(self, result: StatementResult) -> None:
-        """COPY ... TO STDOUT: one CopyData per row."""
+        """COPY ... TO STDOUT: one CopyData per row, read as the client takes them."""
         assert result.copy_out is not None and result.columns is not None
+        assert self.session is not None
         options = result.copy_out
         columns = result.columns
         self.out += m.copy_out_response(len(columns))
@@ -661,17 +767,24 @@ class Connection:
             else:
                 header = delimiter.join(c.name for c in columns) + "\n"
             self.out += m.message(b"d", header.encode("utf-8"))
-        table = result.rows
-        if table is not None and columns:
-            types = [c.type for c in columns]
-            for pos in range(0, table.num_rows, _ROW_BATCH):
-                piece = table.slice(pos, _ROW_BATCH)
-                lines = codec.copy_text_rows(piece, types, options, self.timezone)
-                self.out += codec.frame_messages(b"d", lines)
-                if len(self.out) >= _FLUSH_BYTES:
-                    await self.flush()
+        rows = ResultRows(self.session, result)
+        types = [c.type for c in columns]
+        timezone = self.timezone
+
+        def encode(table: pa.Table) -> bytes:
+            return codec.frame_messages(b"d", codec.copy_text_rows(table, types, options, timezone))
+
+        count = 0
+        while columns:
+            data, n = await rows.next_piece(None, encode)
+            if not n:
+                break
+            self.out += data
+            count += n
+            if len(self.out) >= _FLUSH_BYTES:
+                await self.flush()
         self.out += m.COPY_DONE
-        self.out += m.command_complete(result.tag)
+        self.out += m.command_complete(result.counted_tag(count))
 
     # ------------------------------------------------------- extended query
     async def _parse(self, body: bytes) -> None:
@@ -682,7 +795,8 @@ class Connection:
             raise sql_error(
                 DUPLICATE_PREPARED_STATEMENT, f'prepared statement "{msg.name}" already exists'
             )
-        statements = self.session.parse(msg.query)
+        with self.session.running(msg.query):
+            statements = await self.session.parse_async(msg.query)
         if len(statements) > 1:
             raise sql_error(
                 SYNTAX_ERROR, "cannot insert multiple commands into a prepared statement"
@@ -717,7 +831,9 @@ class Connection:
         given = [codec.type_of_oid(oid) for oid in ps.param_oids]
         types, columns = describe(self.session, ps.stmt, given)
         if columns is None and isinstance(ps.stmt.tree, _RUN_TO_DESCRIBE) and not types:
-            result = await self.session.execute_statement(ps.fresh(), [])
+            with self.session.running(ps.sql):
+                result = await self.session.execute_statement(ps.fresh(), [])
+            result.close()
             columns = result.columns
         oids = list(ps.param_oids)
         for i, t in enumerate(types):
@@ -752,6 +868,7 @@ class Connection:
             )
             for i, raw in enumerate(msg.params)
         ]
+        self._drop_portal(msg.portal)  # the unnamed portal is replaced
         self.portals[msg.portal] = Portal(ps, values, msg.result_formats)
         self.out += m.BIND_COMPLETE
 
@@ -794,7 +911,8 @@ class Connection:
         if portal.columns is not None or ps.stmt is None:
             return portal.columns
         if portal.result is None and isinstance(ps.stmt.tree, _RUN_TO_DESCRIBE):
-            portal.result = await self._run_statement(ps.fresh(), portal.params)
+            with self.session.running(ps.sql):
+                portal.result = await self._run_statement(ps.fresh(), portal.params)
         if portal.result is not None:
             columns = portal.result.columns if portal.result.copy_out is None else None
         elif ps.described:
@@ -813,6 +931,14 @@ class Connection:
         if ps.stmt is None:
             self.out += m.EMPTY_QUERY
             return
+        assert self.session is not None
+        # Timed (statement_timeout) from here to the end of this Execute's rows.
+        with self.session.running(ps.sql):
+            await self._execute_portal(portal, max_rows)
+
+    async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
+        ps = portal.statement
+        assert ps.stmt is not None
         if portal.result is None:
             portal.result = await self._run_statement(ps.fresh(), portal.params)
         result = portal.result
@@ -834,44 +960,62 @@ class Connection:
             portal.done = True
             return
         assert result.columns is not None
-        columns = self._conform(portal, result)
+        if portal.rows is None:
+            columns, convert = self._conform(portal, result)
+            portal.rows = ResultRows(self.session, result, convert)  # type: ignore[arg-type]
+            portal.columns = columns
+        rows = portal.rows
+        columns = portal.columns or result.columns
+        start = rows.sent
         limit = max_rows if max_rows > 0 else None
-        sent = await self._send_rows(
-            result, columns, portal.result_formats, portal.rows_sent, limit
-        )
-        start = portal.rows_sent
-        portal.rows_sent += sent
-        total = result.rows.num_rows if result.rows is not None else 0
-        if portal.rows_sent < total:
+        try:
+            sent = await self._send_rows(rows, columns, portal.result_formats, limit)
+        except BaseException:
+            portal.done = True
+            rows.close()
+            raise
+        if not rows.done:
             self.out += m.PORTAL_SUSPENDED
             return
         portal.done = True
-        tag = result.tag if start == 0 and sent == total else f"SELECT {sent}"
+        rows.close()
+        tag = result.counted_tag(sent) if start == 0 else f"SELECT {sent}"
         self.out += m.command_complete(tag)
 
-    def _conform(self, portal: Portal, result: StatementResult) -> list[Column]:
+    def _conform(
+        self, portal: Portal, result: StatementResult
+    ) -> tuple[list[Column], Callable[[pa.Table], pa.Table] | None]:
         """Rows must match the columns the client was told about (a Describe of the
-        statement before the run): cast where the run produced another type."""
+        statement before the run): the columns sent, and the cast of each piece of rows
+        where the run produced another type (the casts the first rows allow)."""
         assert result.columns is not None
         told = portal.statement.columns if portal.columns is None else portal.columns
         if not told or len(told) != len(result.columns) or result.rows is None:
-            return result.columns
+            return result.columns, None
         if all(a.type.oid == b.type.oid for a, b in zip(told, result.columns)):
-            return result.columns
-        table = result.rows
+            return result.columns, None
+        head = result.rows
         columns = list(result.columns)
+        casts: list[tuple[int, pa.DataType]] = []
         for i, (want, have) in enumerate(zip(told, result.columns)):
             if want.type.oid == have.type.oid:
                 continue
             try:
                 target = arrow_type_of(want.type)
-                table = table.set_column(i, table.field(i).name, table.column(i).cast(target))
-                columns[i] = Column(have.name, want.type)
+                head.column(i).cast(target)
             except (TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 continue
-        result.rows = table
-        result.columns = columns
-        return columns
+            casts.append((i, target))
+            columns[i] = Column(have.name, want.type)
+        if not casts:
+            return columns, None
+
+        def convert(table: pa.Table) -> pa.Table:
+            for i, target in casts:
+                table = table.set_column(i, table.field(i).name, table.column(i).cast(target))
+            return table
+
+        return columns, convert
 
     async def _close_message(self, body: bytes) -> None:
         b = m.Body(body)
@@ -880,7 +1024,7 @@ class Connection:
         if kind == b"S":
             self.statements.pop(name, None)
         elif kind == b"P":
-            self.portals.pop(name, None)
+            self._drop_portal(name)
         else:
             raise m.ProtocolError(f"invalid CLOSE message subtype {kind!r}")
         self.out += m.CLOSE_COMPLETE
@@ -890,3 +1034,9 @@ class Connection:
         """Interrupt the running statement (a CancelRequest from another connection)."""
         if self.session is not None:
             self.session.cancel()
+
+    def terminate(self) -> None:
+        """pg_terminate_backend: end the connection (FATAL 57P01), now."""
+        self.closing = True
+        if self._task is not None:
+            self._task.cancel()

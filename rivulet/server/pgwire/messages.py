@@ -28,6 +28,8 @@ MAX_STARTUP_MESSAGE_LENGTH = 1 << 16
 
 # How much to ask the socket for at once.
 _READ_SIZE = 1 << 16
+# What a watch over an idle socket reads ahead at most (``watch_for_eof``).
+_WATCH_BUFFER = 1 << 20
 
 _I16 = struct.Struct("!h")
 _I32 = struct.Struct("!i")
@@ -78,6 +80,18 @@ class MessageReader:
         out = bytes(self._buf[self._pos : self._pos + n])
         self._pos += n
         return out
+
+    async def watch_for_eof(self) -> None:
+        """Read ahead into the buffer until the client closes the connection, then
+        return (raises if it was reset). For the time a statement runs, when nothing
+        else reads: what the client sends meanwhile stays buffered, in order. Past
+        ``_WATCH_BUFFER`` bytes it stops reading (and waits, until cancelled)."""
+        while len(self._buf) - self._pos < _WATCH_BUFFER:
+            chunk = await self._stream.read(_READ_SIZE)
+            if not chunk:
+                return
+            self._buf += chunk
+        await asyncio.get_running_loop().create_future()
 
     def has_buffered(self) -> bool:
         """Whether a following message is already (at least partly) in the buffer."""

@@ -32,7 +32,7 @@ from rivulet.meta.catalog import TableCatalog
 from rivulet.sql.binder import Binder, position_of
 from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.handlers.dml import _target_columns, insert_rows, resolve_target
-from rivulet.sql.handlers.query import run_bound
+from rivulet.sql.handlers.query import query_result, start_query
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import CopyInRequest, StatementResult
 
@@ -395,11 +395,12 @@ async def _copy_out(session: Session, ast: exp.Copy, opts: dict[str, object]) ->
         )
         query = exp.select(*cols).from_(ref.copy())
     bound = Binder(session.bind_context()).bind_query(query)
-    rows, columns = await session.run_query(lambda cur: run_bound(cur, bound.sql, []))
-    csv = opts["format"] == "csv"
-    result = StatementResult(
-        tag=f"COPY {rows.num_rows}", columns=columns, rows=rows, rowcount=rows.num_rows
+    store = session.ctx.store
+    head, stream, columns = await session.run_query(
+        lambda cur: start_query(store, cur, bound.sql, []), light=not bound.reads_data
     )
+    csv = opts["format"] == "csv"
+    result = query_result("COPY", head, stream, columns)
     result.copy_out = {
         "format": "csv" if csv else "text",
         "delimiter": str(opts.get("delimiter") or ("," if csv else "\t")),

@@ -23,10 +23,12 @@ from rivulet.common.errors import (
     FEATURE_NOT_SUPPORTED,
     INSUFFICIENT_PRIVILEGE,
     NOT_NULL_VIOLATION,
+    QUERY_CANCELED,
     SYNTAX_ERROR,
     UNDEFINED_COLUMN,
     UNDEFINED_TABLE,
     WRONG_OBJECT_TYPE,
+    Error,
     sql_error,
 )
 from rivulet.common.types import DataType, arrow_type_of
@@ -85,11 +87,21 @@ async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk)
     """Hand a chunk of the table's stored columns to its actors; return once committed
     (raises if a failure of the table's jobs lost it)."""
     jobs = frozenset({table.id})
-    await session.ctx.barrier.wait_jobs_ready(jobs)
+    await session.interruptible(session.ctx.barrier.wait_jobs_ready(jobs))
     if table.id not in session.ctx.runtime.jobs:
         raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
     epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
-    await session.ctx.barrier.commit_writes(epoch, jobs)
+    try:
+        await session.interruptible(session.ctx.barrier.commit_writes(epoch, jobs))
+    except Error as exc:
+        if exc.sqlstate == QUERY_CANCELED:
+            # Past this point nothing can take the rows back out of the dataflow.
+            exc.detail = (
+                f'The statement\'s changes to table "{table.name}" had already been handed'
+                f" to the dataflow in epoch {epoch}: they become visible when that epoch"
+                " commits, unless a failure loses the epoch first (which undoes them)."
+            )
+        raise
 
 
 async def insert_rows(session: Session, table: TableCatalog, rows: pa.Table) -> int:
@@ -194,16 +206,19 @@ def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
 async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     ast = stmt.ast
     assert isinstance(ast, exp.Insert)
-    plan = plan_insert(session, ast)
+    plan = await session.compile(stmt, lambda st: plan_insert(session, st.ast))
     _check_params(plan.bound.param_count, params)
     src = await session.run_query(
-        lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table()
+        lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table(),
+        light=not plan.bound.reads_data,
     )
     if not isinstance(ast.this, exp.Schema) and src.num_columns < len(plan.targets):
         plan.targets = plan.targets[: src.num_columns]  # trailing columns get NULL
     if src.num_columns != len(plan.targets):
         raise _width_error(src.num_columns, len(plan.targets), ast)
-    rows = await session.run_query(lambda cur: _shape_rows(cur, plan.table, plan.targets, src))
+    rows = await session.run_query(
+        lambda cur: _shape_rows(cur, plan.table, plan.targets, src), light=True
+    )
     count = await insert_rows(session, plan.table, rows)
     if plan.returning is not None:
         return await _returning(session, plan, rows, f"INSERT 0 {count}")
@@ -320,7 +335,7 @@ def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
 async def handle_update(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     ast = stmt.ast
     assert isinstance(ast, exp.Update)
-    plan = plan_update(session, ast)
+    plan = await session.compile(stmt, lambda st: plan_update(session, st.ast))
     _check_params(plan.bound.param_count, params)
     table = plan.table
     stored = table.columns
@@ -393,7 +408,7 @@ def plan_delete(session: Session, ast: exp.Delete) -> DmlPlan:
 async def handle_delete(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     ast = stmt.ast
     assert isinstance(ast, exp.Delete)
-    plan = plan_delete(session, ast)
+    plan = await session.compile(stmt, lambda st: plan_delete(session, st.ast))
     _check_params(plan.bound.param_count, params)
     table = plan.table
     rows = await session.run_query(
@@ -432,7 +447,7 @@ async def _returning(session: Session, plan: DmlPlan, rows: pa.Table, tag: str) 
         finally:
             cur.unregister(name)
 
-    out, columns = await session.run_query(run)
+    out, columns = await session.run_query(run, light=True)
     return StatementResult(tag=tag, columns=columns, rows=out, rowcount=out.num_rows)
 
 
@@ -454,6 +469,13 @@ async def insert_many(
 ) -> StatementResult | None:
     """``INSERT ... VALUES (%s, ...)`` for many parameter rows, as one batch: the rows
     become Arrow columns and one write. None when ``sql`` is not of that shape."""
+    with session.running(sql):
+        return await _insert_many(session, sql, param_rows)
+
+
+async def _insert_many(
+    session: Session, sql: str, param_rows: list[tuple[object, ...]]
+) -> StatementResult | None:
     stmts = session.parse(sql)
     if len(stmts) != 1 or not isinstance(stmts[0].ast, exp.Insert):
         return None
@@ -488,6 +510,6 @@ async def insert_many(
         return None  # mixed Python types in a column: one statement per row instead
     if not param_rows:
         return StatementResult(tag="INSERT 0 0", rowcount=0)
-    rows = await session.run_query(lambda cur: _shape_rows(cur, table, targets, src))
+    rows = await session.run_query(lambda cur: _shape_rows(cur, table, targets, src), light=True)
     count = await insert_rows(session, table, rows)
     return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 async def handle_flush(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    await session.ctx.barrier.flush()
+    await session.interruptible(session.ctx.barrier.flush())
     return command("FLUSH")
 
 
@@ -93,7 +93,8 @@ async def handle_explain(
             rows = cur.execute(prefix + bound.sql).fetchall()
             return rows[-1][-1] if rows else ""
 
-        text = _user_names(str(await session.run_query(plan)), bound.tables)
+        light = not (analyze and bound.reads_data)
+        text = _user_names(str(await session.run_query(plan, light=light)), bound.tables)
         lines = [(line,) for line in text.splitlines() if line.strip()]
         return rows_result(["QUERY PLAN"], lines, tag="EXPLAIN")
     if isinstance(inner, exp.Insert | exp.Update | exp.Delete):

@@ -7,23 +7,24 @@ import warnings
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
 from rivulet.common.errors import DATETIME_FIELD_OVERFLOW, PROTOCOL_VIOLATION, sql_error
-from rivulet.common.types import DataType, arrow_type_for_duckdb
+from rivulet.common.types import DataType
 from rivulet.sql.binder import Binder, BoundQuery
 from rivulet.sql.parser import Statement
-from rivulet.sql.result import Column, StatementResult
+from rivulet.sql.result import Column, RowStream, StatementResult
+from rivulet.storage.state_store import StateStore, stream_query
 
-# The rest of a large result is fetched as Arrow after its first rows were read as values.
+# DuckDB warns that DB-API results read as Arrow are copied: the state reads that do so
+# read small results on purpose.
 warnings.filterwarnings("ignore", message="Arrow output on a DB-API result")
 
 if TYPE_CHECKING:
-    import duckdb
-
     from rivulet.sql.session import Session
 
 
@@ -39,121 +40,142 @@ def check_param_count(bound: BoundQuery, params: list[object]) -> None:
         )
 
 
-# Results up to this many rows are fetched as Python values and turned into Arrow here:
-# DuckDB's Arrow export has a fixed cost that dominates tiny results (``SELECT 1``).
-_SMALL_RESULT = 64
-
-# Types whose Python values (from fetchmany) convert to DuckDB's Arrow types exactly.
-_VALUE_CONVERTIBLE = (
-    "BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
-    "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "VARCHAR", "BLOB", "DATE", "TIME", "TIMESTAMP",
-    "TIMESTAMP WITH TIME ZONE",
-)  # fmt: skip
-
-
-def _arrow_type(duckdb_type: str) -> pa.DataType | None:
-    """The Arrow type of a result column when Python values convert to it exactly."""
-    if duckdb_type in _VALUE_CONVERTIBLE or duckdb_type.startswith("DECIMAL("):
-        return arrow_type_for_duckdb(duckdb_type)
-    return None
+# Rows per Arrow batch read from DuckDB. A result that fits in its first batch is read
+# whole at once, freeing the thread's cursor; a larger one becomes a ``RowStream``.
+RESULT_BATCH_ROWS = 16_384
 
 
 class PreparedCache(threading.local):
     """DuckDB prepared statements of this thread's cursor, by SQL text (LRU).
 
     Planning costs DuckDB a few hundred microseconds even for ``SELECT 1``; a query run
-    again (health checks, dashboards, pollers) skips it. Only parameterless statements:
-    DuckDB's EXECUTE takes no bound parameters.
+    again (health checks, dashboards, pollers) skips it. DuckDB computes the whole result
+    of an EXECUTE before the first row is read, so only a text whose last run was small
+    is prepared, and with a LIMIT of one batch and a row: a result that grew past it is
+    run again as a stream. Only parameterless statements: DuckDB's EXECUTE takes no bound
+    parameters.
     """
 
     size = 128
 
     def __init__(self) -> None:
         self.cursor: duckdb.DuckDBPyConnection | None = None
-        self.names: OrderedDict[str, str] = OrderedDict()
+        # SQL text -> (prepared name, its result's column names).
+        self.prepared: OrderedDict[str, tuple[str, list[str]]] = OrderedDict()
         self.counter = 0
 
-    def execute(self, cur: duckdb.DuckDBPyConnection, sql: str) -> None:
+    def lookup(self, cur: duckdb.DuckDBPyConnection, sql: str) -> tuple[str, list[str]] | None:
+        """(``EXECUTE <name>``, column names) of ``sql`` prepared on ``cur``, if it is."""
         if cur is not self.cursor:
-            self.cursor, self.names = cur, OrderedDict()
-        name = self.names.get(sql)
-        if name is None:
-            self.counter += 1
-            name = f"rw_prepared_{self.counter}"
-            cur.execute(f"PREPARE {name} AS {sql}")
-            self.names[sql] = name
-            if len(self.names) > self.size:
-                _, old = self.names.popitem(last=False)
-                cur.execute(f"DEALLOCATE {old}")
-        else:
-            self.names.move_to_end(sql)
-        cur.execute(f"EXECUTE {name}")
+            self.cursor, self.prepared = cur, OrderedDict()
+            return None
+        found = self.prepared.get(sql)
+        if found is None:
+            return None
+        self.prepared.move_to_end(sql)
+        return f"EXECUTE {found[0]}", found[1]
+
+    def prepare(self, cur: duckdb.DuckDBPyConnection, sql: str, names: list[str]) -> None:
+        """Prepare ``sql``, whose last run returned a result of one batch."""
+        if cur is not self.cursor:
+            self.cursor, self.prepared = cur, OrderedDict()
+        self.counter += 1
+        name = f"rw_prepared_{self.counter}"
+        cur.execute(f"PREPARE {name} AS SELECT * FROM ({sql}) AS q LIMIT {RESULT_BATCH_ROWS + 1}")
+        self.prepared[sql] = (name, names)
+        if len(self.prepared) > self.size:
+            _, (old, _names) = self.prepared.popitem(last=False)
+            cur.execute(f"DEALLOCATE {old}")
+
+    def forget(self, cur: duckdb.DuckDBPyConnection, sql: str) -> None:
+        found = self.prepared.pop(sql, None)
+        if found is not None:
+            cur.execute(f"DEALLOCATE {found[0]}")
 
 
 _prepared = PreparedCache()
 
 
-def run_bound(
-    cur: duckdb.DuckDBPyConnection, sql: str, params: list[object], *, prepare: bool = False
-) -> tuple[pa.Table, list[Column]]:
-    """Execute bound SQL; the rows as Arrow and the columns as clients see them.
-    ``prepare``: keep DuckDB's plan for the next run of the same text."""
-    if prepare and not params:
-        _prepared.execute(cur, sql)
-    else:
-        cur.execute(sql, params or None)
-    description = cur.description
-    if description is None:
-        return pa.table({}), []
-    names = [d[0] for d in description]
-    type_names = [str(d[1]) for d in description]
-    columns = [Column(n, DataType.from_duckdb(t)) for n, t in zip(names, type_names)]
-    arrow_types = [_arrow_type(t) for t in type_names]
-    if any(t is None for t in arrow_types):
-        return _check_date_range(cur.to_arrow_table()), columns
+def start_query(
+    store: StateStore,
+    cur: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: list[object],
+    *,
+    prepare: bool = False,
+) -> tuple[pa.Table, RowStream | None, list[Column]]:
+    """Execute bound SQL (blocking: on a query thread): the first rows, the rest as a
+    stream when they did not fit in the first batch (the stream then takes ``cur`` over),
+    and the columns as clients see them. ``prepare``: keep DuckDB's plan of a text whose
+    result is small, for its next run."""
+    prepare = prepare and not params
+    if prepare and (found := _prepared.lookup(cur, sql)) is not None:
+        execute, names = found
+        described, reader = stream_query(cur, execute, [], RESULT_BATCH_ROWS)
+        assert reader is not None
+        try:
+            table = reader.read_all()
+        finally:
+            reader.close()
+        if table.num_rows <= RESULT_BATCH_ROWS:
+            columns = [Column(n, DataType.from_duckdb(t)) for n, (_, t) in zip(names, described)]
+            return _check_date_range(table.rename_columns(names)), None, columns
+        _prepared.forget(cur, sql)  # it grew: streamed from now on (this run too)
+    described, reader = stream_query(cur, sql, params, RESULT_BATCH_ROWS)
+    if reader is None:
+        return pa.table({}), None, []
+    columns = [Column(n, DataType.from_duckdb(t)) for n, t in described]
+    head: list[pa.RecordBatch] = []
     try:
-        head = cur.fetchmany(_SMALL_RESULT)
-    except OverflowError:  # a date Python cannot hold: read the result as Arrow instead
-        cur.execute(sql, params or None)
-        return _check_date_range(cur.to_arrow_table()), columns
-    arrays = [_value_array([row[i] for row in head], t) for i, t in enumerate(arrow_types)]
-    table = _check_date_range(pa.Table.from_arrays(arrays, names=names))
-    if len(head) < _SMALL_RESULT:
-        return table, columns
-    rest = _check_date_range(cur.to_arrow_table())
-    return pa.concat_tables([table, rest.cast(table.schema)]), columns
-
-
-def _value_array(values: list[object], t: pa.DataType) -> pa.Array:
-    """Python values as Arrow. DuckDB gives dates and timestamps Python cannot hold (past
-    the year 9999, or BC) as text: those are read with numpy, whose range is wide enough."""
-    try:
-        return pa.array(values, type=t)
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
-        if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
-            raise
-    unit = "D" if pa.types.is_date(t) else "us"
-    numbers = np.array(
-        [_datetime64(v, unit) if v is not None else np.datetime64("NaT") for v in values],
-        dtype=f"datetime64[{unit}]",
+        head.append(reader.read_next_batch())
+        if head[0].num_rows < RESULT_BATCH_ROWS:
+            head.append(reader.read_next_batch())  # StopIteration: the result is whole
+    except StopIteration:
+        reader.close()
+        if prepare:
+            try:
+                _prepared.prepare(cur, sql, [c.name for c in columns])
+            except duckdb.Error:
+                pass  # a text DuckDB cannot prepare runs unprepared
+        return _check_date_range(pa.Table.from_batches(head, schema=reader.schema)), None, columns
+    except BaseException:
+        reader.close()
+        raise
+    store.detach_cursor(cur)
+    first = _check_date_range(pa.Table.from_batches(head, schema=reader.schema))
+    stream = RowStream(
+        reader,
+        cur,
+        release=lambda: store.release_cursor(cur),
+        interrupt=lambda: store.interrupt(cur),
+        check=lambda batch: _check_date_range(pa.Table.from_batches([batch])),
     )
-    storage = pa.int32() if unit == "D" else pa.int64()
-    return pa.array(numbers.astype(np.int64), mask=np.isnat(numbers)).cast(storage).cast(t)
+    return first, stream, columns
 
 
-def _datetime64(value: object, unit: str) -> np.datetime64:
-    if not isinstance(value, str):
-        return np.datetime64(value, unit)  # type: ignore[call-overload]
-    text = value.strip()
-    bc = text.endswith("(BC)")
-    text = text.removesuffix("(BC)").strip()
-    if unit == "us" and len(text) > 3 and text[-3] in "+-" and text[-3:].lstrip("+-").isdigit():
-        text = text[:-3]  # a timestamptz given in UTC
-    date, _, time = text.partition(" ")
-    year, _, rest = date.partition("-")
-    if bc:  # 1 BC is year 0
-        year = str(1 - int(year))
-    return np.datetime64(f"{year}-{rest}" + (f"T{time}" if time else ""), unit)
+def run_bound(
+    cur: duckdb.DuckDBPyConnection, sql: str, params: list[object]
+) -> tuple[pa.Table, list[Column]]:
+    """Execute bound SQL and read every row (for results known to be small)."""
+    described, reader = stream_query(cur, sql, params, RESULT_BATCH_ROWS)
+    if reader is None:
+        return pa.table({}), []
+    try:
+        table = reader.read_all()
+    finally:
+        reader.close()
+    return _check_date_range(table), [Column(n, DataType.from_duckdb(t)) for n, t in described]
+
+
+def query_result(
+    verb: str, head: pa.Table, stream: RowStream | None, columns: list[Column]
+) -> StatementResult:
+    """The result of a query (``verb``: its tag's word), streamed or whole."""
+    if stream is None:
+        return StatementResult(
+            tag=f"{verb} {head.num_rows}", columns=columns, rows=head, rowcount=head.num_rows
+        )
+    return StatementResult(tag=verb, columns=columns, rows=head, stream=stream)
 
 
 # PostgreSQL's dates run from 4714-11-24 BC to 5874897-12-31, DuckDB's further.
@@ -172,14 +194,14 @@ def _check_date_range(table: pa.Table) -> pa.Table:
 
 
 async def handle_query(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    bound = session.bind_query(stmt)
+    bound = await session.bind_query_async(stmt)
     check_param_count(bound, params)
-    rows, columns = await session.run_query(
-        lambda cur: run_bound(cur, bound.sql, params, prepare=True)
+    store = session.ctx.store
+    head, stream, columns = await session.run_query(
+        lambda cur: start_query(store, cur, bound.sql, params, prepare=not bound.volatile),
+        light=not bound.reads_data,
     )
-    return StatementResult(
-        tag=f"SELECT {rows.num_rows}", columns=columns, rows=rows, rowcount=rows.num_rows
-    )
+    return query_result("SELECT", head, stream, columns)
 
 
 def describe_query(

@@ -8,6 +8,7 @@ publications, sequences, inheritance...). Column names and types are PostgreSQL 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -474,21 +475,47 @@ def session_relation_sql(name: str, ctx: BindContext) -> str | None:
             "pg_catalog", name, SPECS[name], _SETTINGS_SELECT, _settings_rows(ctx.setting)
         ).sql
     if name == "pg_stat_activity":
-        select = {
+        return _activity_sql(ctx)
+    return None
+
+
+_ACTIVITY_COLUMNS = [
+    "pid", "usename", "datname", "application_name", "client_addr", "client_port",
+    "backend_start", "xact_start", "query_start", "state_change", "state", "query",
+]  # fmt: skip
+
+
+def _activity_sql(ctx: BindContext) -> str:
+    """pg_stat_activity: a row per client session, as they are now."""
+    rows = [
+        (
+            a.pid, a.user, a.database, a.application_name, a.client_addr, a.client_port,
+            _timestamp(a.backend_start), _timestamp(a.xact_start), _timestamp(a.query_start),
+            _timestamp(a.state_change), a.state, a.query,
+        )
+        for a in ctx.activity()
+    ]  # fmt: skip
+    if not rows:
+        return view("pg_catalog", "pg_stat_activity", SPECS["pg_stat_activity"]).sql
+    select = {c: f"v.{c}" for c in _ACTIVITY_COLUMNS}
+    select.update(
+        {
             "datid": str(DATABASE_OID),
-            "datname": sql_str(ctx.database),
-            "pid": str(ctx.session_id),
-            "usesysid": f"(SELECT oid FROM pg_catalog.pg_roles WHERE rolname = {sql_str(ctx.user)})",
-            "usename": sql_str(ctx.user),
-            "application_name": sql_str(ctx.setting("application_name") or ""),
-            "client_port": "-1",
-            "query_start": "now()",
-            "state_change": "now()",
-            "state": "'active'",
+            "usesysid": "(SELECT oid FROM pg_catalog.pg_roles WHERE rolname = v.usename)",
             "backend_type": "'client backend'",
         }
-        return view("pg_catalog", name, SPECS[name], select).sql
-    return None
+    )
+    return view(
+        "pg_catalog",
+        "pg_stat_activity",
+        SPECS["pg_stat_activity"],
+        select,
+        values(rows, _ACTIVITY_COLUMNS),
+    ).sql
+
+
+def _timestamp(value: dt.datetime | None) -> str | None:
+    return value.isoformat(sep=" ") if value is not None else None
 
 
 # Populated catalogs: column -> expression, and the FROM clause.
