@@ -301,30 +301,40 @@ class Engine:
         self.frontend.sessions[session.id] = session
         return session
 
-    async def shutdown(self) -> None:
-        """Commit what is pending, stop the jobs, then release everything."""
+    async def shutdown(self, timeout_s: float = 3.0) -> None:
+        """Commit what is pending (for at most half of ``timeout_s``), stop the jobs, then
+        release everything, in about ``timeout_s`` whatever runs: what is not committed
+        by then is lost as in a crash (nothing committed is), and a restart recovers."""
         if self.closed:
             return
+        deadline = time.monotonic() + timeout_s
         if self.started:
             if self._watcher is not None:
                 self._watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._watcher
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.barrier.flush(), 30)
+                await asyncio.wait_for(self.barrier.flush(), timeout_s / 2)
             await self.runtime.shutdown()
             await self.barrier.stop()
-        self.close()
+        self.close(deadline)
 
-    def close(self) -> None:
+    def close(self, deadline: float | None = None) -> None:
+        """Release everything. With a ``deadline`` (``time.monotonic()``), whatever
+        DuckDB still runs is interrupted and the write-ahead log is folded into the
+        database file only if there is time left (a restart replays it otherwise)."""
         if self.closed:
             return
         self.closed = True
+        if deadline is not None:
+            self.store.interrupt_all()
         self.queries.shutdown()
         self._stream_executor.shutdown(wait=True, cancel_futures=True)
         self._commit_executor.shutdown(wait=True)
         with contextlib.suppress(Exception):
-            if self.store.directory is not None:
+            if self.store.directory is not None and (
+                deadline is None or deadline - time.monotonic() > 1.0
+            ):
                 self.store.checkpoint()
         self.store.close()
 

@@ -127,12 +127,17 @@ class Session:
         limit = int(self.ctx.params.get("max_statement_bytes"))
         # Characters first: a text can only be long in bytes if it has that many / 4.
         if len(sql) * 4 > limit and (size := len(sql.encode("utf-8", "surrogatepass"))) > limit:
-            raise sql_error(
-                PROGRAM_LIMIT_EXCEEDED,
-                f"statement is too long: {size} bytes, the limit is {limit} bytes",
-                hint="Split it into several statements (COPY ... FROM STDIN loads many rows"
-                " at once), or raise the limit with ALTER SYSTEM SET max_statement_bytes.",
-            )
+            raise self.statement_too_long(size)
+
+    def statement_too_long(self, size: int) -> Error:
+        """The error for a statement of ``size`` bytes, over ``max_statement_bytes``."""
+        limit = int(self.ctx.params.get("max_statement_bytes"))
+        return sql_error(
+            PROGRAM_LIMIT_EXCEEDED,
+            f"statement is too long: {size} bytes, the limit is {limit} bytes",
+            hint="Split it into several statements (COPY ... FROM STDIN loads many rows"
+            " at once), or raise the limit with ALTER SYSTEM SET max_statement_bytes.",
+        )
 
     def bind_query(self, stmt: Statement) -> BoundQuery:
         """Bind a query, reusing the binding of the same text while neither the catalog

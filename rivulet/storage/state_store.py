@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,6 +252,8 @@ class StateStore:
         self._local = threading.local()
         self._cursors: list[duckdb.DuckDBPyConnection] = []
         self._cursors_lock = threading.Lock()
+        # Cursors handed out by ``new_cursor`` (their owners close them).
+        self._owned_cursors: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
         self._commit_lock = threading.Lock()
         self.committed_epoch = self._read_epoch()
         self.closed = False
@@ -451,7 +454,17 @@ class StateStore:
 
     def new_cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor the caller owns (and closes), for work that may be interrupted."""
-        return self._root.cursor()
+        cur = self._root.cursor()
+        self._owned_cursors.add(cur)
+        return cur
+
+    def interrupt_all(self) -> None:
+        """Interrupt whatever runs on any cursor (shutting down): reads, and a commit
+        under way, which then applies nothing."""
+        with self._cursors_lock:
+            cursors = [*self._cursors, *self._owned_cursors]
+        for cur in cursors:
+            self.interrupt(cur)
 
     def detach_cursor(self, cur: duckdb.DuckDBPyConnection) -> None:
         """Hand this thread's cursor ``cur`` to the caller, who closes it with

@@ -92,8 +92,10 @@ def test_a_huge_message_before_login_is_refused_unread(secured: ServerProcess) -
 
 
 def test_an_oversized_message_after_login_is_refused(server: ServerProcess) -> None:
+    # (A Bind: an oversized Query or Parse is refused as a statement instead, and the
+    # connection goes on, see test_statement_limits.py.)
     with _logged_in(server) as sock:
-        sock.sendall(b"Q" + struct.pack("!i", (16 << 20) + 5))
+        sock.sendall(b"B" + struct.pack("!i", (16 << 20) + 5))
         reply = read_until(sock, b"\0\0")
         fields = error_fields(reply)
         assert fields.get("S") == "FATAL", reply

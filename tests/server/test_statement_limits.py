@@ -28,6 +28,16 @@ def test_statement_longer_than_the_cap_is_refused(conn: psycopg.Connection) -> N
     assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
+def test_a_prepared_statement_longer_than_the_cap_is_refused(conn: psycopg.Connection) -> None:
+    """Over the extended protocol (a Parse message) the statement is refused the same
+    way, and the connection goes on."""
+    sql = "SELECT %s::text, '" + "x" * (17 << 20) + "'"
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded) as info:
+        conn.execute(sql, ["a"])
+    assert info.value.diag.message_primary.startswith("statement is too long: ")
+    assert conn.execute("SELECT %s::int + 1", [1]).fetchone() == (2,)
+
+
 def test_the_cap_is_a_system_parameter(server: ServerProcess) -> None:
     with server.connect() as con:
         con.execute("ALTER SYSTEM SET max_statement_bytes = 4096")

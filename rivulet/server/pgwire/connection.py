@@ -321,6 +321,7 @@ class Connection:
         # Logged in: messages may now be as large as the system parameters allow.
         self.reader.max_length = self.server.param("max_message_bytes")
         self.reader.max_copy_length = self.server.param("max_copy_data_bytes")
+        self.reader.max_statement_length = self.server.param("max_statement_bytes")
         self.reader.limit_hint = (
             "The limits are the system parameters max_message_bytes and, for CopyData,"
             " max_copy_data_bytes (ALTER SYSTEM SET)."
@@ -422,7 +423,18 @@ class Connection:
         while True:
             if self.out and not self.reader.has_buffered():
                 await self.flush()
-            kind, body = await self._next_message()
+            try:
+                kind, body = await self._next_message()
+            except m.OversizedStatement as exc:
+                assert self.session is not None
+                # (a Query's body is its text and a NUL)
+                error = self.session.statement_too_long(exc.size - (exc.kind == b"Q"))
+                if exc.kind == b"Q":
+                    self._send_error(error)
+                    self.out += m.READY[self._status()]
+                elif not self.skip_until_sync:
+                    self._extended_error(error)
+                continue
             if kind == b"X":
                 return
             if kind == b"S":

@@ -52,6 +52,21 @@ class ClientGone(Exception):
     """The client closed the connection (possibly in the middle of a message)."""
 
 
+# What a Query or Parse message holds besides its statement (a name, parameter types).
+_STATEMENT_OVERHEAD = 64 * 1024
+# No statement is read past beyond this (PostgreSQL's bound on any message, too).
+_MAX_STATEMENT_MESSAGE_LENGTH = 1 << 30
+
+
+class OversizedStatement(Exception):
+    """A Query or Parse message longer than the statement size cap (read past)."""
+
+    def __init__(self, kind: bytes, size: int) -> None:
+        super().__init__(f"{kind!r} message of {size} bytes")
+        self.kind = kind
+        self.size = size
+
+
 class MessageReader:
     """Reads whole messages from a stream, buffering what arrives ahead of them so that
     a pipelined batch (Parse, Bind, Describe, Execute, Sync) costs one read."""
@@ -64,6 +79,10 @@ class MessageReader:
         self.max_length = MAX_STARTUP_MESSAGE_LENGTH
         self.max_copy_length = MAX_STARTUP_MESSAGE_LENGTH
         self.limit_hint: str | None = None
+        # Query and Parse messages are bounded by the statement size cap instead: one
+        # over it is read past (never held) and refused as a statement, and the
+        # connection goes on (None: before login, the bound above applies).
+        self.max_statement_length: int | None = None
 
     async def _fill(self, need: int) -> None:
         """Make ``need`` bytes available after the read position."""
@@ -80,6 +99,19 @@ class MessageReader:
         out = bytes(self._buf[self._pos : self._pos + n])
         self._pos += n
         return out
+
+    async def _skip(self, n: int) -> None:
+        """Read past ``n`` bytes of a body without holding them."""
+        held = min(n, len(self._buf) - self._pos)
+        self._pos += held
+        n -= held
+        del self._buf[: self._pos]
+        self._pos = 0
+        while n > 0:
+            chunk = await self._stream.read(min(n, _READ_SIZE * 16))
+            if not chunk:
+                raise ClientGone()
+            n -= len(chunk)
 
     async def watch_for_eof(self) -> None:
         """Read ahead into the buffer until the client closes the connection, then
@@ -116,7 +148,18 @@ class MessageReader:
         kind, length = _TYPE_LEN.unpack_from(self._buf, self._pos)
         if length < 4:
             raise ProtocolError(f"invalid message length {length} for message type {kind!r}")
-        limit = self.max_copy_length if kind == b"d" else self.max_length
+        if kind in (b"Q", b"P") and self.max_statement_length is not None:
+            if (
+                _MAX_STATEMENT_MESSAGE_LENGTH
+                >= length - 4
+                > (self.max_statement_length + _STATEMENT_OVERHEAD)
+            ):
+                self._pos += 5
+                await self._skip(length - 4)
+                raise OversizedStatement(kind, length - 4)
+            limit = max(self.max_length, self.max_statement_length + _STATEMENT_OVERHEAD)
+        else:
+            limit = self.max_copy_length if kind == b"d" else self.max_length
         if length - 4 > limit:
             raise ProtocolError(
                 f"invalid message length: {length - 4} bytes for message type {kind!r},"

@@ -22,7 +22,7 @@ from rivulet.server.pgwire.listener import Listener, listening_sockets
 log = logging.getLogger("rivulet.server")
 
 # How long shutdown waits for connections to wind down before moving on.
-_SHUTDOWN_GRACE_SECONDS = 5.0
+_SHUTDOWN_GRACE_SECONDS = 1.0
 # How long a new client waits for a start-up slot (max_startup_connections) before it is
 # refused: a burst of clients is served in turn, idle sockets do not block it for good.
 _STARTUP_SLOT_WAIT_SECONDS = 5.0
