@@ -53,6 +53,9 @@ log = logging.getLogger(__name__)
 
 # An epoch that wrote at least this many rows returns Arrow's freed memory after commit.
 _RELEASE_AFTER_ROWS = 100_000
+# Group commit: a barrier that writers ask for waits while this many epochs are
+# collected but not yet committed (so that the writes arriving meanwhile share it).
+_MAX_UNCOMMITTED_EPOCHS = 2
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,9 @@ class BarrierManager:
         self._resumed = asyncio.Event()
         self._resumed.set()
         self._inject_on_resume = False
+        # Writers wait for the epoch after the last injected one; its barrier waits while
+        # the dataflow is busy with an earlier one (``_request_barrier``).
+        self._barrier_wanted = False
         # Called at each commit on the loop: each returns what to write with the epoch
         # (e.g. backfill progress for rw_ddl_progress), or None.
         self.epoch_writers: list[
@@ -204,6 +210,7 @@ class BarrierManager:
         """Send a checkpoint barrier now; returns its epoch."""
         epoch = self._last_injected + 1
         self._last_injected = epoch
+        self._barrier_wanted = False
         state = _Epoch(epoch, set(self._actors), mutation=mutation)
         state.committed = asyncio.get_running_loop().create_future()
         if change is not None:
@@ -269,6 +276,8 @@ class BarrierManager:
         assert self._commit_wakeup is not None
         loop = asyncio.get_running_loop()
         while True:
+            if self._barrier_wanted and not self._dataflow_busy() and not self._held:
+                self.inject()
             nxt = self._inflight.get(self._commit_next)
             if nxt is None or not nxt.collected.is_set():
                 self._commit_wakeup.clear()
@@ -338,11 +347,27 @@ class BarrierManager:
         """Make writes placed in ``epoch`` (into ``jobs``, if given) visible now: inject
         its barrier unless it is on its way, then wait for its commit."""
         if self._last_injected < epoch:
-            if self._held:
-                self._inject_on_resume = True
-            else:
-                self.inject()
+            self._request_barrier()
         return await self.wait_committed(epoch, jobs)
+
+    def _request_barrier(self) -> None:
+        """Writers wait for the next epoch: inject its barrier now if the dataflow is
+        free, else as soon as it is (the commit loop does, woken by each collection and
+        commit). Every write placed meanwhile joins that epoch: many statements, one
+        barrier and one DuckDB transaction (group commit)."""
+        if self._held:
+            self._inject_on_resume = True
+        elif self._dataflow_busy():
+            self._barrier_wanted = True
+        else:
+            self.inject()
+
+    def _dataflow_busy(self) -> bool:
+        """Whether a barrier is still travelling through the actors, or commits lag
+        behind the dataflow by ``_MAX_UNCOMMITTED_EPOCHS``."""
+        if len(self._inflight) >= _MAX_UNCOMMITTED_EPOCHS:
+            return True
+        return any(not state.collected.is_set() for state in self._inflight.values())
 
     async def wait_jobs_ready(self, jobs: frozenset[int]) -> None:
         """Return once none of ``jobs`` waits for its domain's backoff (writes to a job

@@ -69,7 +69,8 @@ class Session:
         self.transaction_failed = False
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
-        self._bind_cache: OrderedDict[tuple[str, int, int, int], BoundQuery] = OrderedDict()
+        # Bound queries and planned statements by ``_cache_key``.
+        self._bind_cache: OrderedDict[tuple[object, ...], object] = OrderedDict()
         self._running_cursor: duckdb.DuckDBPyConnection | None = None
         self._cancel_requested = False
         self._cancel_message = CANCEL_USER
@@ -142,7 +143,7 @@ class Session:
     def bind_query(self, stmt: Statement) -> BoundQuery:
         """Bind a query, reusing the binding of the same text while neither the catalog
         nor this session's variables changed (binding is a pure function of those)."""
-        key = (stmt.text, self.ctx.catalog.version, self.config.version, self.ctx.params.version)
+        key = self._cache_key("query", stmt)
         bound = self._bind_cache.get(key)
         if bound is None:
             bound = Binder(self.bind_context()).bind_query(stmt.ast)
@@ -184,16 +185,49 @@ class Session:
         """``bind_query``, on a thread when the statement is long."""
         if len(stmt.text) < _OFF_LOOP_CHARS:
             return self.bind_query(stmt)
-        key = (stmt.text, self.ctx.catalog.version, self.config.version)
-        bound = self._bind_cache.get(key)
-        if bound is not None:
-            return bound
-        bound = await self.compile(stmt, lambda st: Binder(self.bind_context()).bind_query(st.ast))
-        if not bound.volatile:
-            self._bind_cache[(stmt.text, self.ctx.catalog.version, self.config.version)] = bound
-            if len(self._bind_cache) > _PARSE_CACHE_SIZE:
-                self._bind_cache.popitem(last=False)
-        return bound
+        return await self.compile_cached(
+            "query",
+            stmt,
+            lambda st: Binder(self.bind_context()).bind_query(st.ast),
+            keep=lambda bound: not bound.volatile,
+        )
+
+    async def compile_cached(
+        self, kind: str, stmt: Statement, fn: Callable[[Statement], T], keep: Callable[[T], bool]
+    ) -> T:
+        """``compile``, reusing the result for the same text (of the same ``kind`` of
+        compilation) while neither the catalog nor the session's or the system's
+        parameters changed; results ``keep`` refuses (volatile ones) are not kept."""
+        hit = self.cached(kind, stmt)
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        result = await self.compile(stmt, fn)
+        if keep(result):
+            self.cache(kind, stmt, result)
+        return result
+
+    def cached(self, kind: str, stmt: Statement) -> object | None:
+        """What ``cache`` kept for this statement's text, if still valid."""
+        key = self._cache_key(kind, stmt)
+        hit = self._bind_cache.get(key)
+        if hit is not None:
+            self._bind_cache.move_to_end(key)
+        return hit
+
+    def cache(self, kind: str, stmt: Statement, value: object) -> None:
+        self._bind_cache[self._cache_key(kind, stmt)] = value
+        if len(self._bind_cache) > _PARSE_CACHE_SIZE:
+            self._bind_cache.popitem(last=False)
+
+    def _cache_key(self, kind: str, stmt: Statement) -> tuple[object, ...]:
+        # Binding and planning are pure functions of these.
+        return (
+            kind,
+            stmt.text,
+            self.ctx.catalog.version,
+            self.config.version,
+            self.ctx.params.version,
+        )
 
     def bind_context(self) -> BindContext:
         return BindContext(

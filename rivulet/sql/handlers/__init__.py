@@ -80,16 +80,17 @@ def describe(
     """Parameter types and result columns of a statement without running it (pgwire
     Describe). Columns are None for statements that return no rows, or whose rows are
     only known by running them (SHOW, EXPLAIN): describe those after binding instead."""
-    ast = stmt.tree.copy()
-    if isinstance(ast, exp.Query):
-        return query.describe_query(session, ast, param_types)
     plan = None
-    if isinstance(ast, exp.Insert):
-        plan = dml.plan_insert(session, ast)
-    elif isinstance(ast, exp.Update):
-        plan = dml.plan_update(session, ast)
-    elif isinstance(ast, exp.Delete):
-        plan = dml.plan_delete(session, ast)
+    if isinstance(stmt.tree, exp.Insert):
+        plan = dml.planned_insert(session, stmt)  # the plan the statement runs
+    else:
+        ast = stmt.tree.copy()
+        if isinstance(ast, exp.Query):
+            return query.describe_query(session, ast, param_types)
+        if isinstance(ast, exp.Update):
+            plan = dml.plan_update(session, ast)
+        elif isinstance(ast, exp.Delete):
+            plan = dml.plan_delete(session, ast)
     if plan is not None:
         inferred = plan.bound.param_types
         types = [
@@ -98,7 +99,7 @@ def describe(
         ]
         columns = dml.returning_columns(session, plan) if plan.returning is not None else None
         return types, columns
-    count = max((int(p.name) for p in ast.find_all(exp.Parameter)), default=0)
-    count = max(count, len(list(ast.find_all(exp.Placeholder))))
+    count = max((int(p.name) for p in stmt.tree.find_all(exp.Parameter)), default=0)
+    count = max(count, len(list(stmt.tree.find_all(exp.Placeholder))))
     types = [param_types[i] if i < len(param_types) else None for i in range(count)]
     return types, None

@@ -9,6 +9,7 @@ committed, so the next statement sees its effect.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from rivulet.common.errors import (
 from rivulet.common.types import DataType, arrow_type_of
 from rivulet.meta.catalog import SYSTEM_SCHEMAS, TableCatalog
 from rivulet.sql.binder import INTERNAL, Binder, BoundQuery, position_of, quote
+from rivulet.sql.handlers.literal_rows import LiteralRows, literal_rows_of
 from rivulet.sql.handlers.query import run_bound
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, StatementResult
@@ -145,6 +147,8 @@ class DmlPlan:
     bound: BoundQuery
     returning: exp.Expression | None
     targets: list[str]
+    # An INSERT whose VALUES are parameters and plain literals: its rows without DuckDB.
+    literal_rows: LiteralRows | None = None
 
 
 def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
@@ -163,12 +167,14 @@ def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
     source = ast.expression
     if source is None:
         raise sql_error(SYNTAX_ERROR, "INSERT needs VALUES or a query")
+    literal_rows = None
     if isinstance(source, exp.Values):
         explicit = isinstance(ast.this, exp.Schema)
         width = len(source.expressions[0].expressions) if source.expressions else 0
         if not explicit and width < len(targets):
             # Without a column list, PostgreSQL fills the trailing columns with NULL.
             targets = targets[:width]
+        literal_rows = literal_rows_of(source, targets, [types[n] for n in targets])
         # PostgreSQL coerces each VALUES item to its target column's type.
         for row in source.expressions:
             items = row.expressions
@@ -188,7 +194,9 @@ def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
     if isinstance(source, exp.Query):
         _attach_with(source, ast)
     bound = binder.bind_query(source, name_outputs=False)
-    return DmlPlan(table, target_ref, bound, ast.args.get("returning"), targets)
+    return DmlPlan(
+        table, target_ref, bound, ast.args.get("returning"), targets, literal_rows=literal_rows
+    )
 
 
 def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
@@ -206,19 +214,26 @@ def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
 async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     ast = stmt.ast
     assert isinstance(ast, exp.Insert)
-    plan = await session.compile(stmt, lambda st: plan_insert(session, st.ast))
-    _check_params(plan.bound.param_count, params)
-    src = await session.run_query(
-        lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table(),
-        light=not plan.bound.reads_data,
+    plan = await session.compile_cached(
+        _INSERT_PLAN, stmt, lambda st: plan_insert(session, st.ast), keep=_keeps
     )
+    _check_params(plan.bound.param_count, params)
+    src = plan.literal_rows.build(params) if plan.literal_rows is not None else None
+    if src is None:
+        src = await session.run_query(
+            lambda cur: cur.sql(plan.bound.sql, params=params or None).to_arrow_table(),
+            light=not plan.bound.reads_data,
+        )
     if not isinstance(ast.this, exp.Schema) and src.num_columns < len(plan.targets):
-        plan.targets = plan.targets[: src.num_columns]  # trailing columns get NULL
+        # Trailing columns get NULL.
+        plan = dataclasses.replace(plan, targets=plan.targets[: src.num_columns])
     if src.num_columns != len(plan.targets):
         raise _width_error(src.num_columns, len(plan.targets), ast)
-    rows = await session.run_query(
-        lambda cur: _shape_rows(cur, plan.table, plan.targets, src), light=True
-    )
+    rows = _typed_rows(plan.table, plan.targets, src)
+    if rows is None:
+        rows = await session.run_query(
+            lambda cur: _shape_rows(cur, plan.table, plan.targets, src), light=True
+        )
     count = await insert_rows(session, plan.table, rows)
     if plan.returning is not None:
         return await _returning(session, plan, rows, f"INSERT 0 {count}")
@@ -245,6 +260,42 @@ def _check_params(needed: int, params: list[object]) -> None:
         )
 
 
+_INSERT_PLAN = "insert"
+
+
+def _keeps(plan: DmlPlan) -> bool:
+    """Whether a planned INSERT may serve the same text again (not when volatile)."""
+    return not plan.bound.volatile
+
+
+def planned_insert(session: Session, stmt: Statement) -> DmlPlan:
+    """The INSERT's plan, from the session's cache when it has it (Describe, then
+    Execute, of a statement an application repeats plan it once)."""
+    plan = session.cached(_INSERT_PLAN, stmt)
+    if plan is None:
+        plan = plan_insert(session, stmt.tree.copy())
+        if _keeps(plan):
+            session.cache(_INSERT_PLAN, stmt, plan)
+    assert isinstance(plan, DmlPlan)
+    return plan
+
+
+def _typed_rows(table: TableCatalog, targets: list[str], src: pa.Table) -> pa.Table | None:
+    """The source as the table's visible columns when its columns already have their
+    target's types (missing ones NULL), without DuckDB; else None (``_shape_rows``)."""
+    visible = table.visible_columns
+    expected = pa.schema([pa.field(c.name, arrow_type_of(c.type)) for c in visible])
+    by_target = dict(zip(targets, src.columns))
+    for name, column in by_target.items():
+        if column.type != expected.field(name).type:
+            return None
+    columns = [
+        by_target[f.name] if f.name in by_target else pa.nulls(src.num_rows, f.type)
+        for f in expected
+    ]
+    return pa.Table.from_arrays(columns, schema=expected)
+
+
 def _shape_rows(
     cur: duckdb.DuckDBPyConnection, table: TableCatalog, targets: list[str], src: pa.Table
 ) -> pa.Table:
@@ -252,10 +303,6 @@ def _shape_rows(
     casts, PostgreSQL semantics), missing ones NULL."""
     visible = table.visible_columns
     expected = pa.schema([pa.field(c.name, arrow_type_of(c.type)) for c in visible])
-    if targets == [c.name for c in visible]:
-        renamed = src.rename_columns(targets)
-        if renamed.schema.equals(expected):
-            return renamed
     name = f"__insert_{next(_names)}"
     by_target = {t: f"c{i}" for i, t in enumerate(targets)}
     cols = []
@@ -510,6 +557,10 @@ async def _insert_many(
         return None  # mixed Python types in a column: one statement per row instead
     if not param_rows:
         return StatementResult(tag="INSERT 0 0", rowcount=0)
-    rows = await session.run_query(lambda cur: _shape_rows(cur, table, targets, src), light=True)
+    rows = _typed_rows(table, targets, src)
+    if rows is None:
+        rows = await session.run_query(
+            lambda cur: _shape_rows(cur, table, targets, src), light=True
+        )
     count = await insert_rows(session, table, rows)
     return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)

@@ -9,8 +9,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from rivulet.common.chunk import StreamChunk
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.message import Message
+
+# Chunks waiting together in an inbox are passed on as one up to this many rows.
+_COALESCE_ROWS = 1 << 16
 
 
 class Inbox:
@@ -39,5 +43,25 @@ class DmlExecutor(Executor):
         self.inbox = inbox
 
     async def execute(self) -> AsyncIterator[Message]:
+        # The statements of one epoch flow on as one chunk, passed on with the epoch's
+        # barrier (or once that many rows wait): every executor downstream runs its
+        # vectorized work once for all of them (group commit gathers many statements
+        # into one epoch). Order is kept, so a key written twice ends as its last write.
+        parts: list[StreamChunk] = []
+        rows = 0
         while True:
-            yield await self.inbox.get()
+            msg = await self.inbox.get()
+            if isinstance(msg, StreamChunk):
+                if parts and msg.data.schema != parts[0].data.schema:
+                    yield StreamChunk.concat(parts)
+                    parts, rows = [], 0
+                parts.append(msg)
+                rows += msg.num_rows
+                if rows < _COALESCE_ROWS:
+                    continue
+                msg = StreamChunk.concat(parts)
+                parts, rows = [], 0
+            elif parts:
+                yield StreamChunk.concat(parts)
+                parts, rows = [], 0
+            yield msg

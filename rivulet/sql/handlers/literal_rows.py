@@ -1,0 +1,123 @@
+"""INSERT ... VALUES of parameters and plain literals, as Arrow columns without DuckDB.
+
+The general path evaluates a VALUES list as a DuckDB query, then casts it to the table's
+types. An application's write mostly has a simpler shape - each item a parameter or a
+literal, each value already of its column's kind (a Python int for an integer column, a
+str for a text one) - and those rows are built here, one Arrow array per column. Whatever
+this cannot convert exactly as PostgreSQL would (an expression, DEFAULT, a value needing
+a cast with rules of its own, one out of range) takes the general path, which gives
+PostgreSQL's result or error for it: this module only ever answers the easy cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from sqlglot import exp
+
+from rivulet.common.types import (
+    BIGINT,
+    BOOLEAN,
+    DOUBLE,
+    INTEGER,
+    SMALLINT,
+    TEXT,
+    VARCHAR,
+    DataType,
+    arrow_type_of,
+)
+
+__all__ = ["LiteralRows", "literal_rows_of"]
+
+_INT_RANGES = {
+    SMALLINT: (-(1 << 15), (1 << 15) - 1),
+    INTEGER: (-(1 << 31), (1 << 31) - 1),
+    BIGINT: (-(1 << 63), (1 << 63) - 1),
+}
+_EXACT_FLOAT_INT = 1 << 53
+_NO_VALUE = object()
+# An item: the 1-based parameter it takes, or 0 and the literal's value.
+Item = tuple[int, object]
+
+
+def _accepts(dtype: DataType, value: object) -> bool:
+    """Whether ``value`` is stored as itself in a column of ``dtype`` (no cast rules)."""
+    if value is None:
+        return True
+    kind = type(value)
+    if dtype in _INT_RANGES:
+        low, high = _INT_RANGES[dtype]
+        return kind is int and low <= value <= high  # type: ignore[operator]
+    if dtype == DOUBLE:
+        return kind is float or (kind is int and -_EXACT_FLOAT_INT < value < _EXACT_FLOAT_INT)  # type: ignore[operator]
+    if dtype in (VARCHAR, TEXT):
+        return kind is str
+    if dtype == BOOLEAN:
+        return kind is bool
+    return False
+
+
+def _literal(node: exp.Expression) -> object:
+    """A plain literal's Python value, or ``_NO_VALUE``."""
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+        value = _literal(node.this)
+        return -value if type(value) is int else _NO_VALUE  # type: ignore[operator]
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return node.this
+        if node.this.isdigit():
+            return int(node.this)
+    return _NO_VALUE
+
+
+@dataclass(frozen=True)
+class LiteralRows:
+    """A VALUES list whose items are all parameters or plain literals."""
+
+    targets: tuple[str, ...]
+    types: tuple[DataType, ...]
+    rows: tuple[tuple[Item, ...], ...]
+
+    def build(self, params: Sequence[object]) -> pa.Table | None:
+        """The rows as a table (one column per target, typed), or None when some value
+        needs the general path."""
+        columns = []
+        for i, dtype in enumerate(self.types):
+            values = []
+            for row in self.rows:
+                param, const = row[i]
+                value = params[param - 1] if param else const
+                if not _accepts(dtype, value):
+                    return None
+                values.append(value)
+            columns.append(pa.array(values, type=arrow_type_of(dtype)))
+        return pa.Table.from_arrays(columns, names=list(self.targets))
+
+
+def literal_rows_of(
+    values: exp.Values, targets: Sequence[str], types: Sequence[DataType]
+) -> LiteralRows | None:
+    """The fast form of ``values`` (before its items are wrapped in casts), if it has one."""
+    if not all(t in _INT_RANGES or t in (DOUBLE, VARCHAR, TEXT, BOOLEAN) for t in types):
+        return None
+    rows = []
+    for row in values.expressions:
+        items: list[Item] = []
+        for item in row.expressions:
+            if isinstance(item, exp.Parameter):
+                items.append((int(item.name), None))
+                continue
+            value = _literal(item)
+            if value is _NO_VALUE or not _accepts(types[len(items)], value):
+                return None
+            items.append((0, value))
+        if len(items) != len(targets):
+            return None
+        rows.append(tuple(items))
+    return LiteralRows(tuple(targets), tuple(types), tuple(rows))
