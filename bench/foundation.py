@@ -32,13 +32,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
+def start_server(data_dir: Path | None, port: int) -> subprocess.Popen[bytes]:
+    """A `rivulet playground` on ``port``: on ``data_dir``, or in memory when None. Its
+    log goes to a file (a pipe nobody reads would stall a server that logs a lot)."""
+    where = ["--data-dir", str(data_dir)] if data_dir is not None else []
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - open for the life of the server
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rivulet", "playground", "--data-dir", str(data_dir),
-         "--port", str(port)],
+        [sys.executable, "-m", "rivulet", "playground", *where, "--port", str(port)],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
+        stderr=log,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
         try:
@@ -46,9 +49,8 @@ def start_server(data_dir: Path, port: int) -> subprocess.Popen[bytes]:
                 return proc
         except psycopg.OperationalError:
             if proc.poll() is not None:
-                raise RuntimeError(
-                    proc.stderr.read().decode() if proc.stderr else "exited"
-                ) from None
+                log.seek(0)
+                raise RuntimeError(log.read().decode() or "exited") from None
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("server did not start")

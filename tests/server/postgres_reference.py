@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL to compare Rivulet with, and the helper that compares them.
 
 ``start_postgres`` runs ``initdb`` into a fresh temporary directory and starts ``postgres``
-listening on 127.0.0.1 only (a free port, unix sockets in that directory, fsync off);
+listening on 127.0.0.1 only (a free port, unix sockets in that directory, fsync off unless
+asked for);
 ``PostgresServer.stop`` shuts it down and removes the directory. PostgreSQL refuses to run
 as root: as root, both run as the ``postgres`` user (``setpriv``), who owns the directory.
 
@@ -95,9 +96,10 @@ def _as_user(user: str | None) -> list[str]:
     return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--"]
 
 
-def start_postgres(port: int) -> PostgresServer:
+def start_postgres(port: int, *, durable: bool = False) -> PostgresServer:
     """A fresh PostgreSQL cluster on 127.0.0.1:``port``. Raises ``RuntimeError`` with the
-    reason when PostgreSQL is not installed or does not start."""
+    reason when PostgreSQL is not installed or does not start. ``durable``: commits are
+    synced (PostgreSQL's defaults, for benchmarks), else not (tests)."""
     bin_dir = find_pg_bin()
     if bin_dir is None:
         raise RuntimeError(
@@ -145,13 +147,13 @@ def start_postgres(port: int) -> PostgresServer:
             "listen_addresses": "127.0.0.1",
             "port": str(port),
             "unix_socket_directories": str(base),
-            "fsync": "off",
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
+            "fsync": "on" if durable else "off",
+            "synchronous_commit": "on" if durable else "off",
+            "full_page_writes": "on" if durable else "off",
             "timezone": "UTC",
             "datestyle": "ISO, MDY",
             "lc_messages": "C",
-            "max_connections": "20",
+            "max_connections": "40",
             "shared_buffers": "16MB",
         }
         cmd = [*_as_user(run_as), str(bin_dir / "postgres"), "-D", str(data)]

@@ -108,6 +108,8 @@ def literal_rows_of(
         return None
     rows = []
     for row in values.expressions:
+        if len(row.expressions) != len(targets):
+            return None  # the general path says what is wrong
         items: list[Item] = []
         for item in row.expressions:
             if isinstance(item, exp.Parameter):
@@ -117,7 +119,5 @@ def literal_rows_of(
             if value is _NO_VALUE or not _accepts(types[len(items)], value):
                 return None
             items.append((0, value))
-        if len(items) != len(targets):
-            return None
         rows.append(tuple(items))
     return LiteralRows(tuple(targets), tuple(types), tuple(rows))

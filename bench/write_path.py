@@ -1,0 +1,237 @@
+"""The write path, next to PostgreSQL 15 on the same machine.
+
+    python bench/write_path.py [--seconds 10] [--clients 16]
+
+Runs the same statements against a real `rivulet playground` (in memory, and on a data
+directory) and against a throw-away PostgreSQL cluster in a temporary directory (on
+127.0.0.1, started and stopped here; skipped with a note if PostgreSQL is not installed),
+and prints each figure with its ratio and the issue's target:
+
+* single-row INSERT over pgwire, one client: p50 without an MV (in memory, data
+  directory) and with one aggregation MV;
+* single-row INSERTs from ``--clients`` concurrent clients into a table with one MV;
+* one INSERT of 6,000 rows written as VALUES;
+* asyncpg ``executemany`` of 100,000 rows and ``copy_records_to_table``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "server"))
+from foundation import conninfo, free_port, start_server
+
+TABLE = "CREATE TABLE ev (id BIGINT, k INT, v INT)"
+MV = "CREATE MATERIALIZED VIEW ev_agg AS SELECT k, count(*) AS n, sum(v) AS s FROM ev GROUP BY k"
+PG_MV = "CREATE TABLE ev_agg (k INT)"  # PostgreSQL has no incremental MV: a plain table
+INSERT = "INSERT INTO ev VALUES (%s, %s, %s)"
+
+
+class Target:
+    def __init__(self, name: str, dsn: str, mv: str, asyncpg_dsn: str) -> None:
+        self.name = name
+        self.dsn = dsn
+        self.mv = mv
+        self.asyncpg_dsn = asyncpg_dsn
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, autocommit=True)
+
+    def reset(self, with_mv: bool) -> None:
+        with self.connect() as con:
+            for sql in ("DROP MATERIALIZED VIEW IF EXISTS ev_agg", "DROP TABLE IF EXISTS ev_agg"):
+                try:
+                    con.execute(sql)
+                except psycopg.Error:
+                    pass
+            con.execute("DROP TABLE IF EXISTS ev")
+            con.execute(TABLE)
+            if with_mv:
+                con.execute(self.mv)
+
+
+def single_row_p50(target: Target, with_mv: bool, seconds: float) -> float:
+    target.reset(with_mv)
+    times = []
+    with target.connect() as con:
+        deadline = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            con.execute(INSERT, [i, i % 100, i])
+            times.append(time.perf_counter() - started)
+            i += 1
+    return statistics.median(times) * 1000
+
+
+def concurrent_rows_per_s(target: Target, clients: int, seconds: float) -> float:
+    target.reset(True)
+    stop = threading.Event()
+    counts = [0] * clients
+    ready = threading.Barrier(clients + 1)
+
+    def run(c: int) -> None:
+        with target.connect() as con:
+            ready.wait()
+            i = 0
+            while not stop.is_set():
+                con.execute(INSERT, [c * 10**9 + i, i % 100, i])
+                i += 1
+            counts[c] = i
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    ready.wait()
+    started = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    return sum(counts) / (time.perf_counter() - started)
+
+
+def values_ms(target: Target, rows: int = 6000) -> float:
+    target.reset(False)
+    sql = "INSERT INTO ev VALUES " + ", ".join(f"({i}, {i % 100}, {i * 3})" for i in range(rows))
+    times = []
+    with target.connect() as con:
+        for _ in range(3):
+            started = time.perf_counter()
+            con.execute(sql)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def asyncpg_rates(target: Target, rows: int = 100_000) -> tuple[float | None, float | None]:
+    try:
+        import asyncpg
+    except ImportError:
+        return None, None
+
+    async def run() -> tuple[float | None, float | None]:
+        con = await asyncpg.connect(target.asyncpg_dsn)
+        try:
+            data = [(i, i % 100, i) for i in range(rows)]
+            started = time.perf_counter()
+            await con.executemany("INSERT INTO ev VALUES ($1, $2, $3)", data)
+            many = rows / (time.perf_counter() - started)
+            copy: float | None
+            try:
+                started = time.perf_counter()
+                await con.copy_records_to_table("ev", records=data)
+                copy = rows / (time.perf_counter() - started)
+            except Exception as exc:  # a figure reported as missing
+                print(f"  ({target.name}: copy_records_to_table failed: {exc})")
+                copy = None
+            return many, copy
+        finally:
+            await con.close()
+
+    target.reset(False)
+    return asyncio.run(run())
+
+
+@contextmanager
+def rivulet_target(data_dir: Path | None, name: str) -> Any:
+    port = free_port()
+    proc = start_server(data_dir, port)
+    try:
+        yield Target(name, conninfo(port), MV, f"postgresql://root@127.0.0.1:{port}/dev")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@contextmanager
+def postgres_target() -> Any:
+    from postgres_reference import start_postgres
+
+    pg = start_postgres(free_port(), durable=True)
+    try:
+        dsn = pg.dsn()
+        yield Target(
+            "PostgreSQL", dsn, PG_MV, f"postgresql://{pg.user}@{pg.host}:{pg.port}/postgres"
+        )
+    finally:
+        pg.stop()
+
+
+def measure(
+    make: Callable[[], AbstractContextManager[Target]], args: argparse.Namespace, full: bool
+) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    with make() as target:
+        out["p50"] = single_row_p50(target, False, args.seconds / 2)
+        if full:
+            out["p50_mv"] = single_row_p50(target, True, args.seconds / 2)
+            out["clients"] = concurrent_rows_per_s(target, args.clients, args.seconds)
+            out["values"] = values_ms(target)
+            out["many"], out["copy"] = asyncpg_rates(target)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--clients", type=int, default=16)
+    args = ap.parse_args()
+    print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = measure(lambda: rivulet_target(None, "rivulet (memory)"), args, False)
+        disk = measure(lambda: rivulet_target(Path(tmp) / "data", "rivulet (disk)"), args, True)
+    try:
+        pg = measure(postgres_target, args, True)
+    except RuntimeError as exc:
+        print(f"PostgreSQL not measured: {exc}")
+        pg = {}
+
+    def fmt(v: float | None, unit: str) -> str:
+        return "-" if v is None else f"{v:,.2f} {unit}" if v < 100 else f"{v:,.0f} {unit}"
+
+    rows = [
+        ("single-row INSERT p50, no MV, in memory", memory.get("p50"), pg.get("p50"), "ms",
+         "<= 2 ms", lambda v: v <= 2),
+        ("single-row INSERT p50, no MV, data dir", disk.get("p50"), pg.get("p50"), "ms",
+         "<= 3 ms", lambda v: v <= 3),
+        ("single-row INSERT p50, one aggregation MV", disk.get("p50_mv"), pg.get("p50"), "ms",
+         "<= 4 ms", lambda v: v <= 4),
+        (f"{args.clients} clients of single-row INSERTs, one MV", disk.get("clients"),
+         pg.get("clients"), "rows/s", ">= 5,000 rows/s", lambda v: v >= 5000),
+        ("one INSERT of 6,000 rows as VALUES", disk.get("values"), pg.get("values"), "ms",
+         "<= 100 ms", lambda v: v <= 100),
+        ("asyncpg executemany, 100,000 rows", disk.get("many"), pg.get("many"), "rows/s",
+         ">= 100,000 rows/s", lambda v: v >= 100_000),
+        ("asyncpg copy_records_to_table, 100,000 rows", disk.get("copy"), pg.get("copy"),
+         "rows/s", ">= 300,000 rows/s", lambda v: v >= 300_000),
+    ]  # fmt: skip
+    width = max(len(r[0]) for r in rows)
+    missed = 0
+    print(f"{'':<{width}}  {'rivulet':>16}  {'PostgreSQL':>16}  {'ratio':>7}   target")
+    for name, ours, theirs, unit, target, ok in rows:
+        ratio = "-" if ours is None or not theirs else f"{ours / theirs:.2f}x"
+        good = ours is not None and ok(ours)
+        missed += not good
+        print(
+            f"{name:<{width}}  {fmt(ours, unit):>16}  {fmt(theirs, unit):>16}  {ratio:>7}"
+            f"   {target}{'  ok' if good else '  MISSED'}"
+        )
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
