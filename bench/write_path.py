@@ -208,7 +208,7 @@ def main() -> int:
          "<= 2 ms", lambda v: v <= 2),
         ("single-row INSERT p50, no MV, data dir", disk.get("p50"), pg.get("p50"), "ms",
          "<= 3 ms", lambda v: v <= 3),
-        ("single-row INSERT p50, one aggregation MV", disk.get("p50_mv"), pg.get("p50"), "ms",
+        ("single-row INSERT p50, one aggregation MV", disk.get("p50_mv"), pg.get("p50_mv"), "ms",
          "<= 4 ms", lambda v: v <= 4),
         (f"{args.clients} clients of single-row INSERTs, one MV", disk.get("clients"),
          pg.get("clients"), "rows/s", ">= 5,000 rows/s", lambda v: v >= 5000),
@@ -221,6 +221,7 @@ def main() -> int:
     ]  # fmt: skip
     width = max(len(r[0]) for r in rows)
     missed = 0
+    # (PostgreSQL's "MV" is a second plain table: it keeps no view up to date.)
     print(f"{'':<{width}}  {'rivulet':>16}  {'PostgreSQL':>16}  {'ratio':>7}   target")
     for name, ours, theirs, unit, target, ok in rows:
         ratio = "-" if ours is None or not theirs else f"{ours / theirs:.2f}x"

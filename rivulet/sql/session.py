@@ -37,6 +37,7 @@ from rivulet.sql.result import Notice, RowStream, StatementResult
 from rivulet.sql.session_config import VERSION_STRING, SessionConfig
 
 T = TypeVar("T")
+_WRITES = (exp.Insert, exp.Update, exp.Delete)
 
 _PARSE_CACHE_SIZE = 256
 # Statements at least this long are parsed and bound on a thread, so that the event loop
@@ -67,6 +68,12 @@ class Session:
         self.transaction_read_only = False
         # A statement failed inside the open transaction block (pgwire keeps this).
         self.transaction_failed = False
+        # Set while an extended-protocol Execute runs: its writes commit at the next Sync
+        # (``settle_writes``), as PostgreSQL commits the implicit transaction there, so
+        # a pipeline of many Executes shares one epoch.
+        self.defer_commits = False
+        self._unsettled_epoch = 0
+        self._unsettled_jobs: set[int] = set()
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
         # Bound queries and planned statements by ``_cache_key``.
@@ -267,6 +274,8 @@ class Session:
 
         with self.running(stmt.text):
             try:
+                if not (self.defer_commits and isinstance(stmt.tree, _WRITES)):
+                    await self.settle_writes()  # what it reads includes earlier writes
                 result = await dispatch(self, stmt, list(params) if params is not None else [])
             except BaseException as exc:
                 raise self.statement_error(exc, stmt.text) from None
@@ -419,6 +428,19 @@ class Session:
         result.tag = result.counted_tag(result.rows.num_rows)
         result.stream = None
         result.rowcount = result.rows.num_rows
+
+    def defer_commit(self, epoch: int, jobs: frozenset[int]) -> None:
+        """A write placed in ``epoch`` that ``settle_writes`` waits for."""
+        self._unsettled_epoch = max(self._unsettled_epoch, epoch)
+        self._unsettled_jobs |= jobs
+
+    async def settle_writes(self) -> None:
+        """Return once the deferred writes are committed (raises if a failure lost them)."""
+        if not self._unsettled_jobs:
+            return
+        epoch, jobs = self._unsettled_epoch, frozenset(self._unsettled_jobs)
+        self._unsettled_epoch, self._unsettled_jobs = 0, set()
+        await self.interruptible(self.ctx.barrier.commit_writes(epoch, jobs))
 
     async def interruptible(self, aw: Awaitable[T]) -> T:
         """Await ``aw`` unless the statement is cancelled first (cancel request,

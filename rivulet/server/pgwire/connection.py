@@ -438,6 +438,7 @@ class Connection:
             if kind == b"X":
                 return
             if kind == b"S":
+                await self._settle_writes()
                 self._sync()
                 await self.flush()
                 continue
@@ -495,6 +496,17 @@ class Connection:
                 "terminating connection due to idle-in-transaction timeout",
             )
             raise m.ClientGone() from None
+
+    async def _settle_writes(self) -> None:
+        """At Sync: the writes of the Executes since the last one are committed before
+        ReadyForQuery, as PostgreSQL commits its implicit transaction there."""
+        if self.session is None:
+            return
+        try:
+            await self.session.settle_writes()
+        except Error as exc:
+            if not self.skip_until_sync:
+                self._send_error(exc)
 
     def _sync(self) -> None:
         self.skip_until_sync = False
@@ -946,7 +958,11 @@ class Connection:
         assert self.session is not None
         # Timed (statement_timeout) from here to the end of this Execute's rows.
         with self.session.running(ps.sql):
-            await self._execute_portal(portal, max_rows)
+            self.session.defer_commits = True
+            try:
+                await self._execute_portal(portal, max_rows)
+            finally:
+                self.session.defer_commits = False
 
     async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
         ps = portal.statement

@@ -87,12 +87,16 @@ def check_not_null(table: TableCatalog, rows: pa.Table) -> None:
 
 async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk) -> None:
     """Hand a chunk of the table's stored columns to its actors; return once committed
-    (raises if a failure of the table's jobs lost it)."""
+    (raises if a failure of the table's jobs lost it), or at once when the session
+    defers commits to the protocol's Sync."""
     jobs = frozenset({table.id})
     await session.interruptible(session.ctx.barrier.wait_jobs_ready(jobs))
     if table.id not in session.ctx.runtime.jobs:
         raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
     epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
+    if session.defer_commits:
+        session.defer_commit(epoch, jobs)  # committed by the next Sync
+        return
     try:
         await session.interruptible(session.ctx.barrier.commit_writes(epoch, jobs))
     except Error as exc:
