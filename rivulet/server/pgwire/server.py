@@ -13,6 +13,8 @@ import signal
 import socket
 from collections.abc import Callable
 
+import pyarrow as pa
+
 from rivulet.common.errors import TOO_MANY_CONNECTIONS, Error, sql_error
 from rivulet.engine import Engine, EngineOptions
 from rivulet.server.pgwire.auth import ScramVerifier
@@ -250,6 +252,9 @@ async def _playground(
     server.admin = admin
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # The server owns SIGINT/SIGTERM: a shutdown must end statements as 57P01 in order,
+    # not let Arrow's own handlers cancel a COPY's CSV read mid-chunk.
+    pa.enable_signal_handlers(False)
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
