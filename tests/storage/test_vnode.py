@@ -5,12 +5,14 @@ tests fails, a data directory written by an earlier version would be read wrongl
 from __future__ import annotations
 
 import datetime as dt
+import tracemalloc
 from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from rivulet.common import vnode
 from rivulet.common.vnode import VNODE_COUNT, compute_vnodes, hash_columns
 
 
@@ -144,6 +146,40 @@ def test_short_and_long_string_paths_agree() -> None:
     alone = hash_columns([pa.array(short)]).tolist()
     with_long = hash_columns([pa.array([*short, "y" * 49])]).tolist()
     assert with_long[: len(short)] == alone
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 16])
+def test_long_values_hash_the_same_whatever_the_block(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long values are hashed a block of bytes at a time; values that straddle blocks,
+    fill several or sit between empty ones hash as the one-position-at-a-time form."""
+    rng = np.random.default_rng(5)
+    values = [
+        "",
+        "z" * 49,
+        "",
+        *("".join(rng.choice(list("ab€é"), n)) for n in (1, 63, 64, 65, 300)),
+    ]
+    expected = hash_columns([pa.array([v[:48] for v in values])]).tolist()  # short path
+    monkeypatch.setattr(vnode, "_HASH_BLOCK", block)
+    truncated = hash_columns([pa.array([*(v[:48] for v in values), "q" * 49])]).tolist()
+    assert truncated[: len(values)] == expected
+    whole = hash_columns([pa.array(values)]).tolist()
+    monkeypatch.setattr(vnode, "_HASH_BLOCK", 1 << 16)
+    assert whole == hash_columns([pa.array(values)]).tolist()
+
+
+def test_a_long_value_hashes_in_bounded_memory() -> None:
+    """A 10 MB key must not take hundreds of MB to hash (an MV's string_agg value, a
+    large text key)."""
+    tracemalloc.start()
+    try:
+        hash_columns([pa.array(["y" * 10_000_000])])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 30_000_000
 
 
 def test_sliced_integer_and_interval_arrays() -> None:
