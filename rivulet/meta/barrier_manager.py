@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ _RELEASE_AFTER_ROWS = 100_000
 # Group commit: a barrier that writers ask for waits while this many epochs are
 # collected but not yet committed (so that the writes arriving meanwhile share it).
 _MAX_UNCOMMITTED_EPOCHS = 2
+# Recoveries remembered for the writes placed before them (``_Loss``).
+_LOSSES_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,17 @@ class _Waiter:
     future: asyncio.Future[int]
     # The jobs whose writes the waiter needs (None: the epoch as a whole).
     jobs: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class _Loss:
+    """A recovery: the uncommitted writes of ``jobs`` (None: of every job), those of the
+    epochs after ``committed``, were dropped, including rows still waiting in inboxes."""
+
+    seq: int
+    committed: int
+    jobs: frozenset[int] | None
+    error: Error
 
 
 @dataclass
@@ -134,6 +148,10 @@ class BarrierManager:
         self._commit_wakeup: asyncio.Event | None = None
         # Bumped when a commit fails: a statement that wrote before must not succeed.
         self.failures = 0
+        # Every recovery, for writes placed before it whose waiter came later (the
+        # statement awaits after placing its rows): ``wait_committed(since=...)``.
+        self._losses: deque[_Loss] = deque(maxlen=_LOSSES_KEPT)
+        self._loss_count = 0
         # A failure reported while a commit runs waits for it: rebuilding from the last
         # checkpoint must not read state that the running commit is about to change.
         self._committing = False
@@ -334,21 +352,57 @@ class BarrierManager:
                     waiter.future.set_result(state.epoch)
 
     # --------------------------------------------------------------- waiting
-    async def wait_committed(self, epoch: int, jobs: frozenset[int] | None = None) -> int:
+    @property
+    def loss_count(self) -> int:
+        """How many recoveries have run: taken when rows are placed in the dataflow and
+        passed as ``since`` to the wait for their epoch."""
+        return self._loss_count
+
+    def _record_loss(self, jobs: frozenset[int] | None, error: Error) -> None:
+        self._loss_count += 1
+        self._losses.append(_Loss(self._loss_count, self._committed, jobs, error))
+
+    def _lost_since(self, since: int, epoch: int, jobs: frozenset[int] | None) -> Error | None:
+        """The error of a recovery after ``since`` that dropped writes of ``epoch`` (into
+        ``jobs``), if one did."""
+        if since >= self._loss_count:
+            return None
+        if not self._losses or self._losses[0].seq > since + 1:
+            # Older than what is remembered: the writes may have been dropped.
+            return self._losses[0].error if self._losses else None
+        for loss in self._losses:
+            if loss.seq <= since or loss.committed >= epoch:
+                continue
+            if loss.jobs is None or jobs is None or loss.jobs & jobs:
+                return loss.error
+        return None
+
+    async def wait_committed(
+        self, epoch: int, jobs: frozenset[int] | None = None, *, since: int | None = None
+    ) -> int:
         """Return once epoch ``epoch`` is committed (raises if it was lost to a failure,
-        or, with ``jobs``, if a failure of those jobs' domain dropped their part of it)."""
+        or, with ``jobs``, if a failure of those jobs' domain dropped their part of it).
+        ``since``: the ``loss_count`` when the writes were placed; a recovery that
+        dropped them before this call raises too."""
+        if since is not None and (error := self._lost_since(since, epoch, jobs)) is not None:
+            raise error
         if epoch <= self._committed:
             return self._committed
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(epoch, []).append(_Waiter(fut, jobs))
         return await fut
 
-    async def commit_writes(self, epoch: int, jobs: frozenset[int] | None = None) -> int:
-        """Make writes placed in ``epoch`` (into ``jobs``, if given) visible now: inject
-        its barrier unless it is on its way, then wait for its commit."""
+    async def commit_writes(
+        self, epoch: int, jobs: frozenset[int] | None = None, *, since: int | None = None
+    ) -> int:
+        """Make writes placed in ``epoch`` (into ``jobs``, if given; when ``loss_count``
+        was ``since``) visible now: inject its barrier unless it is on its way, then wait
+        for its commit."""
+        if since is not None and (error := self._lost_since(since, epoch, jobs)) is not None:
+            raise error
         if self._last_injected < epoch:
             self._request_barrier()
-        return await self.wait_committed(epoch, jobs)
+        return await self.wait_committed(epoch, jobs, since=since)
 
     def _request_barrier(self) -> None:
         """Writers wait for the next epoch: inject its barrier now if the dataflow is
@@ -446,6 +500,7 @@ class BarrierManager:
             return
         self.failures += 1
         self.recoveries += 1
+        self._record_loss(None, error)
         if cause.manual:
             attempt, delay = 1, 0.0
         else:
@@ -539,6 +594,7 @@ class BarrierManager:
             f" in {delay:g} s (failure {attempt} in a row)" if delay else "",
         )
         self.recoveries += 1
+        self._record_loss(domain.jobs, error)
         for epoch in [e for e in self._waiters if e > self._committed]:
             keep = []
             for waiter in self._waiters[epoch]:

@@ -214,11 +214,13 @@ class DdlController:
             root.table_id = table.id
             root.table_name = table.name
             root.state_schema = table.state_schema()
+            since = self.barrier.loss_count
             epoch = await self._create_job(table, root, change)
             # The MV's scans emit their snapshot in the epoch after the one that started
-            # them: once that epoch is committed, the MV holds its history.
+            # them: once that epoch is committed, the MV holds its history (unless a
+            # recovery dropped it, also one run before this wait began).
             try:
-                await self.barrier.commit_writes(epoch + 1, frozenset({table.id}))
+                await self.barrier.commit_writes(epoch + 1, frozenset({table.id}), since=since)
             except Exception:
                 # Its history never committed (an actor failed reading it; recovery rebuilt
                 # the job without a snapshot): a failed creation leaves no trace.

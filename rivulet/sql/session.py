@@ -72,8 +72,8 @@ class Session:
         # (``settle_writes``), as PostgreSQL commits the implicit transaction there, so
         # a pipeline of many Executes shares one epoch.
         self.defer_commits = False
-        self._unsettled_epoch = 0
-        self._unsettled_jobs: set[int] = set()
+        # The deferred writes as (epoch, jobs, the barrier's loss_count when placed).
+        self._unsettled: list[tuple[int, frozenset[int], int]] = []
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
         # Bound queries and planned statements by ``_cache_key``.
@@ -429,18 +429,23 @@ class Session:
         result.stream = None
         result.rowcount = result.rows.num_rows
 
-    def defer_commit(self, epoch: int, jobs: frozenset[int]) -> None:
-        """A write placed in ``epoch`` that ``settle_writes`` waits for."""
-        self._unsettled_epoch = max(self._unsettled_epoch, epoch)
-        self._unsettled_jobs |= jobs
+    def defer_commit(self, epoch: int, jobs: frozenset[int], since: int) -> None:
+        """A write placed in ``epoch`` (when the barrier's ``loss_count`` was ``since``)
+        that ``settle_writes`` waits for."""
+        if self._unsettled and self._unsettled[-1][1:] == (jobs, since):
+            self._unsettled[-1] = (max(epoch, self._unsettled[-1][0]), jobs, since)
+        else:
+            self._unsettled.append((epoch, jobs, since))
 
     async def settle_writes(self) -> None:
-        """Return once the deferred writes are committed (raises if a failure lost them)."""
-        if not self._unsettled_jobs:
+        """Return once the deferred writes are committed (raises if a failure lost any)."""
+        if not self._unsettled:
             return
-        epoch, jobs = self._unsettled_epoch, frozenset(self._unsettled_jobs)
-        self._unsettled_epoch, self._unsettled_jobs = 0, set()
-        await self.interruptible(self.ctx.barrier.commit_writes(epoch, jobs))
+        # The latest epoch first: its barrier commits the earlier ones too.
+        pending = sorted(self._unsettled, key=lambda write: write[0], reverse=True)
+        self._unsettled = []
+        for epoch, jobs, since in pending:
+            await self.interruptible(self.ctx.barrier.commit_writes(epoch, jobs, since=since))
 
     async def interruptible(self, aw: Awaitable[T]) -> T:
         """Await ``aw`` unless the statement is cancelled first (cancel request,

@@ -6,6 +6,7 @@ listed in rw_recovery_events; failures that repeat back off instead of spinning.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -16,7 +17,8 @@ import pytest
 from faults import POISON, Fault
 
 import rivulet
-from rivulet.meta.recovery import Backoff
+from rivulet.common.errors import ADMIN_SHUTDOWN, sql_error
+from rivulet.meta.recovery import Backoff, FailureCause
 
 MVS = {
     "m_filter": "SELECT id, k, v FROM t WHERE v >= 0",
@@ -322,3 +324,53 @@ def test_backoff_policy() -> None:
     assert delays == [0.0, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
     assert b.next(100.0) == (1, 0.0)  # a healthy period resets it
     assert b.next(101.0) == (2, 0.1)
+
+
+@pytest.mark.parametrize("scope", ["everything", "domain"])
+@pytest.mark.parametrize("deferred", [False, True], ids=["simple", "pipeline"])
+def test_a_write_placed_just_before_a_recovery_is_applied_or_fails(
+    con: rivulet.Connection, monkeypatch: pytest.MonkeyPatch, deferred: bool, scope: str
+) -> None:
+    """A recovery that runs between a statement placing its rows in the dataflow and the
+    statement starting to wait for their epoch (another session's RECOVER, a failing
+    actor of a job reading the table) drops the rows: the statement must then fail,
+    never report them committed. With ``deferred`` the wait is the pipeline's Sync (the
+    extended protocol)."""
+    setup(con)
+    eng = engine(con)
+    place = eng.runtime.write_dml
+    table = job_id(con, "t")
+
+    def recover() -> None:
+        if scope == "everything":
+            eng.barrier.recover(
+                sql_error(ADMIN_SHUTDOWN, "the stream jobs were rebuilt by RECOVER"),
+                FailureCause("RECOVER", manual=True),
+            )
+        else:
+            actor = next(iter(eng.runtime.jobs[table].actors))
+            assert eng.barrier.recover_domain(eng.barrier.domain_of(actor), FailureCause("test"))
+
+    def place_then_recover(*args: object) -> int:
+        epoch = place(*args)
+        monkeypatch.setattr(eng.runtime, "write_dml", place)
+        # Runs before the statement's next step, as a failure elsewhere can.
+        asyncio.get_running_loop().call_soon(recover)
+        return epoch
+
+    monkeypatch.setattr(eng.runtime, "write_dml", place_then_recover)
+    session = con._session
+    session.defer_commits = deferred
+    try:
+        con.execute("INSERT INTO t VALUES (5000, 1, 1)")
+        if deferred:
+            con._run(session.settle_writes())
+        acknowledged = True
+    except rivulet.Error:
+        acknowledged = False
+    finally:
+        session.defer_commits = False
+    assert eng.runtime.write_dml is place, "the recovery did not run"
+    stored = con.execute("SELECT count(*) FROM t WHERE id = 5000").fetchone() == (1,)
+    assert stored == acknowledged, "acknowledged but lost" if acknowledged else "failed but in"
+    assert_oracle(con)

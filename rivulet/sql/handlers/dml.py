@@ -93,12 +93,14 @@ async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk)
     await session.interruptible(session.ctx.barrier.wait_jobs_ready(jobs))
     if table.id not in session.ctx.runtime.jobs:
         raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+    # A recovery from here on drops the rows, also before the wait below has begun.
+    since = session.ctx.barrier.loss_count
     epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
     if session.defer_commits:
-        session.defer_commit(epoch, jobs)  # committed by the next Sync
+        session.defer_commit(epoch, jobs, since)  # committed by the next Sync
         return
     try:
-        await session.interruptible(session.ctx.barrier.commit_writes(epoch, jobs))
+        await session.interruptible(session.ctx.barrier.commit_writes(epoch, jobs, since=since))
     except Error as exc:
         if exc.sqlstate == QUERY_CANCELED:
             # Past this point nothing can take the rows back out of the dataflow.
