@@ -52,8 +52,10 @@ from rivulet.stream.row_errors import RowErrorLog
 
 log = logging.getLogger(__name__)
 
-# An epoch that wrote at least this many rows returns Arrow's freed memory after commit.
+# An epoch that wrote at least this many rows or bytes returns Arrow's freed memory after
+# its commit (its allocator keeps freed blocks: a few large values stayed resident).
 _RELEASE_AFTER_ROWS = 100_000
+_RELEASE_AFTER_BYTES = 16 << 20
 # Group commit: a barrier that writers ask for waits while this many epochs are
 # collected but not yet committed (so that the writes arriving meanwhile share it).
 _MAX_UNCOMMITTED_EPOCHS = 2
@@ -341,8 +343,12 @@ class BarrierManager:
         self._committed = state.epoch
         self._commit_next = state.epoch + 1
         del self._inflight[state.epoch]
-        if sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS:
-            # Arrow's allocator keeps freed blocks; give a large epoch's back to the OS.
+        large = (
+            sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS
+            or sum(m.nbytes for _, m in state.sealed) >= _RELEASE_AFTER_BYTES
+        )
+        state.sealed = []  # freed before the release below, not after it
+        if large:
             pa.default_memory_pool().release_unused()
         assert state.committed is not None
         state.committed.set_result(state.epoch)

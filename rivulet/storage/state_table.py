@@ -100,6 +100,10 @@ class MemTable:
     def __len__(self) -> int:
         return sum(b.num_rows for b in self.batches)
 
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.batches)
+
     def append(self, batch: pa.Table, overwrites: bool, unique: bool = False) -> None:
         if batch.num_rows == 0:
             return
