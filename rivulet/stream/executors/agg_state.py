@@ -1140,10 +1140,12 @@ class AggCore:
         key_types = [arrow_type_of(input_schema[k].type) for k in group_key]
         self.index = GroupIndex(key_types)
 
-        # Columns the group-by reads, by input position.
+        # Columns the group-by reads, by input position. Value-state aggregates read
+        # their arguments from the chunk itself (a long value is not copied for them).
         used = set(group_key)
-        for c in aggs:
-            used.update(a for a in c.args if c.kind != "count_star")
+        for c, acc in zip(aggs, self.accs):
+            if not isinstance(acc, ValueAcc):
+                used.update(a for a in c.args if c.kind != "count_star")
         self.used = sorted(used)
         # Per slot: input row count, whether the group's row is in the output (and the
         # result table).
