@@ -283,6 +283,25 @@ class Session:
             result.notices[:0] = [Notice(n, sqlstate=NAME_TOO_LONG) for n in stmt.notices]
         return result
 
+    def batchable(self, stmt: Statement) -> bool:
+        """Whether runs of ``stmt`` for many parameter sets may be written as one
+        (``execute_batch``): a plain INSERT of parameters, outside a transaction block."""
+        from rivulet.sql.handlers.dml import batchable_insert
+
+        return not self.in_transaction and batchable_insert(self, stmt) is not None
+
+    async def execute_batch(self, stmt: Statement, param_sets: list[list[object]]) -> int | None:
+        """Run ``stmt`` (``batchable``) once per parameter set as one write, all its rows
+        in one epoch; returns the row count, or None, having written nothing, when some
+        set needs the statement's general path. An error writes nothing either."""
+        from rivulet.sql.handlers.dml import insert_parameter_sets
+
+        with self.running(stmt.text):
+            try:
+                return await insert_parameter_sets(self, stmt, param_sets)
+            except BaseException as exc:
+                raise self.statement_error(exc, stmt.text) from None
+
     def statement_error(self, exc: BaseException, text: str | None = None) -> BaseException:
         """What a statement that raised ``exc`` reports: DuckDB's errors translated, a
         cancel named by its cause, a bug as an internal error (the session goes on)."""

@@ -47,3 +47,106 @@ def test_a_read_in_a_pipeline_sees_the_writes_before_it(
         cur = conn.execute(f"SELECT count(*), sum(v) FROM {table_name}")
     assert cur.fetchone() == (2, 3)
     assert conn.execute(f"SELECT count(*) FROM {table_name}").fetchone() == (2,)
+
+
+async def _asyncpg_connect(host: str, port: int, user: str, database: str, password: object):
+    return await asyncpg.connect(
+        host=host, port=port, user=user, database=database, password=password
+    )
+
+
+def _executemany_outcome(con_args: dict[str, object], table: str, rows: list[tuple]) -> tuple:
+    """What an executemany with ``rows`` does to a fresh ``table (id INT, v INT NOT
+    NULL)``: the error's class and SQLSTATE (or None), and the rows stored after it."""
+
+    async def main() -> tuple:
+        c = await asyncpg.connect(**con_args)
+        try:
+            await c.execute(f"DROP TABLE IF EXISTS {table}")
+            await c.execute(f"CREATE TABLE {table} (id INT, v INT NOT NULL)")
+            error = None
+            try:
+                await c.executemany(f"INSERT INTO {table} VALUES ($1, $2)", rows)
+            except asyncpg.PostgresError as exc:
+                error = (type(exc).__name__, exc.sqlstate)
+            stored = sorted(tuple(r) for r in await c.fetch(f"SELECT id, v FROM {table}"))
+            return error, stored
+        finally:
+            await c.close()
+
+    return asyncio.run(main())
+
+
+def test_an_executemany_with_one_bad_row_writes_none_as_in_postgresql(
+    server: ServerProcess, postgres, table_name: str
+) -> None:
+    rows = [(i, i) for i in range(50)] + [(50, None)] + [(i, i) for i in range(51, 60)]
+    ours = _executemany_outcome(
+        {"host": server.host, "port": server.port, "user": "root", "database": "dev",
+         "password": server.password}, table_name, rows,
+    )  # fmt: skip
+    theirs = _executemany_outcome(
+        {"host": postgres.host, "port": postgres.port, "user": postgres.user,
+         "database": "postgres"}, table_name, rows,
+    )  # fmt: skip
+    assert ours == theirs == (("NotNullViolationError", "23502"), [])
+
+
+def test_an_executemany_of_good_rows_matches_postgresql(
+    server: ServerProcess, postgres, table_name: str
+) -> None:
+    rows = [(i, i * 7 - 3) for i in range(2000)]
+    ours = _executemany_outcome(
+        {"host": server.host, "port": server.port, "user": "root", "database": "dev",
+         "password": server.password}, table_name, rows,
+    )  # fmt: skip
+    theirs = _executemany_outcome(
+        {"host": postgres.host, "port": postgres.port, "user": postgres.user,
+         "database": "postgres"}, table_name, rows,
+    )  # fmt: skip
+    assert ours == theirs == (None, sorted(rows))
+
+
+def test_repeated_keys_in_one_executemany_keep_the_last_row(
+    server: ServerProcess, table_name: str
+) -> None:
+    """The rows of a batched executemany overwrite each other in order, as the same
+    statements one at a time do (a primary key's new row replaces the old one)."""
+
+    async def main() -> None:
+        c = await asyncpg.connect(
+            host=server.host, port=server.port, user="root", database="dev",
+            password=server.password,
+        )  # fmt: skip
+        try:
+            await c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v TEXT)")
+            rows = [(i % 10, f"v{i}") for i in range(100)]
+            await c.executemany(f"INSERT INTO {table_name} VALUES ($1, $2)", rows)
+            stored = sorted(tuple(r) for r in await c.fetch(f"SELECT id, v FROM {table_name}"))
+            assert stored == [(k, f"v{90 + k}") for k in range(10)]
+        finally:
+            await c.close()
+
+    asyncio.run(main())
+
+
+def test_psycopg_executemany_with_values_needing_casts(
+    conn: psycopg.Connection, table_name: str
+) -> None:
+    """Parameters sent as untyped text (psycopg's ``str``) take the general path, each
+    cast as PostgreSQL casts it; typed ones the batched path; both in one pipeline, with
+    a read after them that sees every row."""
+    conn.execute(f"CREATE TABLE {table_name} (id INT, v INT, t TEXT)")
+    cur = conn.cursor()
+    cur.executemany(
+        f"INSERT INTO {table_name} VALUES (%s, %s, %s)",
+        [("1", "2", "a"), ("2", "3", "b")],
+    )
+    cur.executemany(f"INSERT INTO {table_name} (id, t) VALUES (%s, %s)", [(3, "c"), (4, None)])
+    assert cur.rowcount == 2
+    with conn.pipeline():
+        cur.executemany(f"INSERT INTO {table_name} (id) VALUES (%s)", [(i,) for i in range(5, 9)])
+        total = conn.execute(f"SELECT count(*), sum(id), sum(v) FROM {table_name}")
+    assert total.fetchone() == (8, 36, 5)
+    rows = conn.execute(f"SELECT id, v, t FROM {table_name} WHERE id <= 4 ORDER BY id")
+    assert rows.fetchall() == [(1, 2, "a"), (2, 3, "b"), (3, None, "c"), (4, None, None)]

@@ -178,7 +178,8 @@ class Connection:
         # Whether the client went away while a statement ran (its socket hit EOF).
         self.client_gone = False
         self._task: asyncio.Task[None] | None = None
-        # Prepared statements run since the last Sync.
+        # Executes of one plain INSERT queued to run as one write (``_run_batch``).
+        self._batch: list[Portal] = []
 
     @property
     def transaction_failed(self) -> bool:
@@ -421,12 +422,16 @@ class Connection:
             b"C": self._close_message,
         }
         while True:
+            if self._batch and not self.reader.has_buffered():
+                await self._run_batch()  # the client waits for its results
             if self.out and not self.reader.has_buffered():
                 await self.flush()
             try:
                 kind, body = await self._next_message()
             except m.OversizedStatement as exc:
                 assert self.session is not None
+                if self._batch:
+                    await self._run_batch()
                 # (a Query's body is its text and a NUL)
                 error = self.session.statement_too_long(exc.size - (exc.kind == b"Q"))
                 if exc.kind == b"Q":
@@ -436,7 +441,9 @@ class Connection:
                     self._extended_error(error)
                 continue
             if kind == b"X":
-                return
+                return  # a queued batch is dropped with its implicit transaction
+            if self._batch and kind not in (b"B", b"E"):
+                await self._run_batch()
             if kind == b"S":
                 await self._settle_writes()
                 self._sync()
@@ -464,7 +471,10 @@ class Connection:
                     self._send_error(exc)
                     self.out += m.READY[self._status()]
                 else:
-                    self._extended_error(exc)
+                    if self._batch:  # the Executes before this message answer first
+                        await self._run_batch()
+                    if not self.skip_until_sync:
+                        self._extended_error(exc)
             except (m.ProtocolError, m.ClientGone, ConnectionError, asyncio.CancelledError):
                 raise
             except Exception as exc:
@@ -728,7 +738,7 @@ class Connection:
         """Receive COPY FROM STDIN data; True when it was loaded."""
         assert self.session is not None
         loader = CopyLoader(self.session, request)
-        self.out += m.copy_in_response(len(request.column_names))
+        self.out += m.copy_in_response(len(request.column_names), binary=request.format == "binary")
         await self.flush()
         failure: Error | None = None
         while True:
@@ -952,17 +962,66 @@ class Connection:
         portal = self._portal(b.cstring())
         max_rows = b.int32()
         ps = portal.statement
+        if self._batch and (self._batch[0].statement is not ps or portal.result is not None):
+            await self._run_batch()
         if ps.stmt is None:
             self.out += m.EMPTY_QUERY
             return
         assert self.session is not None
+        if (
+            # (A statement already queued was batchable a moment ago; the batch checks again.)
+            portal.result is None
+            and not self.transaction_failed
+            and (bool(self._batch) or self.session.batchable(ps.stmt))
+        ):
+            # A driver's executemany: the rows of its Executes go as one write.
+            portal.result = StatementResult(tag="INSERT 0 1", rowcount=1)
+            self._batch.append(portal)
+            return
+        await self._execute_now(portal, max_rows)
+
+    async def _execute_now(self, portal: Portal, max_rows: int) -> None:
+        assert self.session is not None
         # Timed (statement_timeout) from here to the end of this Execute's rows.
-        with self.session.running(ps.sql):
+        with self.session.running(portal.statement.sql):
             self.session.defer_commits = True
             try:
                 await self._execute_portal(portal, max_rows)
             finally:
                 self.session.defer_commits = False
+
+    async def _run_batch(self) -> None:
+        """Run the queued Executes of one INSERT as one write: one chunk, one epoch, one
+        CommandComplete each (committed at Sync, as each Execute alone). An error writes
+        none of them and skips to Sync, as PostgreSQL rolls back the implicit transaction
+        of a pipeline. Where a parameter set needs the general path, each runs alone."""
+        batch, self._batch = self._batch, []
+        ps = batch[0].statement
+        assert self.session is not None and ps.stmt is not None
+        try:
+            with self.session.running(ps.sql):
+                self.session.defer_commits = True
+                try:
+                    count = await self.session.execute_batch(
+                        ps.fresh(), [portal.params for portal in batch]
+                    )
+                finally:
+                    self.session.defer_commits = False
+        except Error as exc:
+            self._extended_error(exc)
+            return
+        if count is None:
+            for portal in batch:
+                portal.result = None
+                try:
+                    await self._execute_now(portal, 0)
+                except Error as exc:
+                    self._extended_error(exc)
+                    return
+            return
+        for portal in batch:
+            portal.done = True
+            self.out += m.command_complete("INSERT 0 1")
 
     async def _execute_portal(self, portal: Portal, max_rows: int) -> None:
         ps = portal.statement

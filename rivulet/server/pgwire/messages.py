@@ -191,6 +191,13 @@ class Body:
         self.pos += 2
         return int(v)
 
+    def int16s(self, n: int) -> list[int]:
+        """``n`` int16 values in a row (format codes: a client may send one per column)."""
+        self._need(2 * n)
+        values = list(struct.unpack_from(f">{n}h", self.data, self.pos))
+        self.pos += 2 * n
+        return values
+
     def int32(self) -> int:
         self._need(4)
         (v,) = _I32.unpack_from(self.data, self.pos)
@@ -273,26 +280,35 @@ def parse_bind(body: bytes) -> BindMessage:
     nfmt = b.int16()
     if nfmt < 0:
         raise ProtocolError("negative format count")
-    formats = [b.int16() for _ in range(nfmt)]
+    formats = b.int16s(nfmt)
     nparams = b.int16()
     if nparams < 0:
         raise ProtocolError("negative parameter count")
+    # Read inline: an executemany binds every row, so this loop is a hot path.
     params: list[bytes | None] = []
+    data, pos, size = b.data, b.pos, len(b.data)
     for _ in range(nparams):
-        length = b.int32()
+        if pos + 4 > size:
+            raise ProtocolError("message is shorter than its contents")
+        (length,) = _I32.unpack_from(data, pos)
+        pos += 4
         if length == -1:
             params.append(None)
         elif length < 0:
             raise ProtocolError("invalid parameter length")
+        elif pos + length > size:
+            raise ProtocolError("message is shorter than its contents")
         else:
-            params.append(b.bytes(length))
+            params.append(data[pos : pos + length])
+            pos += length
+    b.pos = pos
     nres = b.int16()
     if nres < 0:
         raise ProtocolError("negative format count")
-    result_formats = [b.int16() for _ in range(nres)]
-    for f in (*formats, *result_formats):
-        if f not in (0, 1):
-            raise ProtocolError(f"unsupported format code: {f}")
+    result_formats = b.int16s(nres)
+    if any(f not in (0, 1) for f in (*formats, *result_formats)):
+        bad = next(f for f in (*formats, *result_formats) if f not in (0, 1))
+        raise ProtocolError(f"unsupported format code: {bad}")
     return BindMessage(portal, statement, formats, params, result_formats)
 
 
@@ -361,8 +377,9 @@ def row_description(fields: list[tuple[str, int, int, int, int]]) -> bytes:
     return message(b"T", b"".join(parts))
 
 
-def copy_in_response(ncols: int) -> bytes:
-    return message(b"G", b"\0" + _I16.pack(ncols) + _I16.pack(0) * ncols)
+def copy_in_response(ncols: int, *, binary: bool = False) -> bytes:
+    fmt = 1 if binary else 0
+    return message(b"G", bytes([fmt]) + _I16.pack(ncols) + _I16.pack(fmt) * ncols)
 
 
 def copy_out_response(ncols: int) -> bytes:

@@ -218,7 +218,7 @@ def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
 
 
 async def handle_insert(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    ast = stmt.ast
+    ast = stmt.tree  # read only (planning takes its own copy, once per text)
     assert isinstance(ast, exp.Insert)
     plan = await session.compile_cached(
         _INSERT_PLAN, stmt, lambda st: plan_insert(session, st.ast), keep=_keeps
@@ -235,15 +235,61 @@ async def handle_insert(session: Session, stmt: Statement, params: list[object])
         plan = dataclasses.replace(plan, targets=plan.targets[: src.num_columns])
     if src.num_columns != len(plan.targets):
         raise _width_error(src.num_columns, len(plan.targets), ast)
-    rows = _typed_rows(plan.table, plan.targets, src)
+    rows = typed_rows(plan.table, plan.targets, src)
     if rows is None:
         rows = await session.run_query(
-            lambda cur: _shape_rows(cur, plan.table, plan.targets, src), light=True
+            lambda cur: shape_rows(cur, plan.table, plan.targets, src), light=True
         )
     count = await insert_rows(session, plan.table, rows)
     if plan.returning is not None:
         return await _returning(session, plan, rows, f"INSERT 0 {count}")
     return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)
+
+
+def batchable_insert(session: Session, stmt: Statement) -> DmlPlan | None:
+    """The plan of an INSERT that runs for many parameter sets as one write
+    (``insert_parameter_sets``): one VALUES row of parameters and plain literals, no
+    RETURNING; else None."""
+    ast = stmt.tree
+    if not isinstance(ast, exp.Insert) or ast.args.get("returning") or ast.args.get("conflict"):
+        return None
+    source = ast.expression
+    if not isinstance(source, exp.Values) or len(source.expressions) != 1:
+        return None
+    if not all(
+        isinstance(item, exp.Parameter | exp.Literal | exp.Null | exp.Boolean)
+        for item in source.expressions[0].expressions
+    ):
+        return None
+    try:
+        plan = planned_insert(session, stmt)
+    except Error:
+        return None  # the statement's own run reports it
+    if plan.literal_rows is None or not plan.bound.param_count:
+        return None
+    return plan
+
+
+async def insert_parameter_sets(
+    session: Session, stmt: Statement, param_sets: list[list[object]]
+) -> int | None:
+    """Run an INSERT (``batchable_insert``) once per parameter set as one write: the
+    rows of all in one chunk, in one epoch (a driver's ``executemany``, pipelined). None,
+    having written nothing, when some set needs the general path (each then runs alone,
+    with its own result or error)."""
+    plan = batchable_insert(session, stmt)
+    if plan is None or any(len(p) != plan.bound.param_count for p in param_sets):
+        return None
+    assert plan.literal_rows is not None
+    src = plan.literal_rows.build_many(param_sets)
+    if src is None:
+        return None
+    rows = typed_rows(plan.table, plan.targets, src)
+    if rows is None:
+        rows = await session.run_query(
+            lambda cur: shape_rows(cur, plan.table, plan.targets, src), light=True
+        )
+    return await insert_rows(session, plan.table, rows)
 
 
 def _width_error(have: int, want: int, node: exp.Expression) -> Exception:
@@ -286,9 +332,9 @@ def planned_insert(session: Session, stmt: Statement) -> DmlPlan:
     return plan
 
 
-def _typed_rows(table: TableCatalog, targets: list[str], src: pa.Table) -> pa.Table | None:
+def typed_rows(table: TableCatalog, targets: list[str], src: pa.Table) -> pa.Table | None:
     """The source as the table's visible columns when its columns already have their
-    target's types (missing ones NULL), without DuckDB; else None (``_shape_rows``)."""
+    target's types (missing ones NULL), without DuckDB; else None (``shape_rows``)."""
     visible = table.visible_columns
     expected = pa.schema([pa.field(c.name, arrow_type_of(c.type)) for c in visible])
     by_target = dict(zip(targets, src.columns))
@@ -302,7 +348,7 @@ def _typed_rows(table: TableCatalog, targets: list[str], src: pa.Table) -> pa.Ta
     return pa.Table.from_arrays(columns, schema=expected)
 
 
-def _shape_rows(
+def shape_rows(
     cur: duckdb.DuckDBPyConnection, table: TableCatalog, targets: list[str], src: pa.Table
 ) -> pa.Table:
     """The source's columns as the table's visible columns: cast to their types (DuckDB
@@ -563,10 +609,8 @@ async def _insert_many(
         return None  # mixed Python types in a column: one statement per row instead
     if not param_rows:
         return StatementResult(tag="INSERT 0 0", rowcount=0)
-    rows = _typed_rows(table, targets, src)
+    rows = typed_rows(table, targets, src)
     if rows is None:
-        rows = await session.run_query(
-            lambda cur: _shape_rows(cur, table, targets, src), light=True
-        )
+        rows = await session.run_query(lambda cur: shape_rows(cur, table, targets, src), light=True)
     count = await insert_rows(session, table, rows)
     return StatementResult(tag=f"INSERT 0 {count}", rowcount=count)

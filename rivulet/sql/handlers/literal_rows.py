@@ -87,15 +87,20 @@ class LiteralRows:
     def build(self, params: Sequence[object]) -> pa.Table | None:
         """The rows as a table (one column per target, typed), or None when some value
         needs the general path."""
+        return self.build_many([params])
+
+    def build_many(self, param_sets: Sequence[Sequence[object]]) -> pa.Table | None:
+        """The rows for each parameter set in turn, as one table (a statement run once per
+        set: a driver's ``executemany``), or None when some value needs the general path."""
         columns = []
         for i, dtype in enumerate(self.types):
             values = []
-            for row in self.rows:
-                param, const = row[i]
-                value = params[param - 1] if param else const
-                if not _accepts(dtype, value):
-                    return None
-                values.append(value)
+            for params in param_sets:
+                for row in self.rows:
+                    param, const = row[i]
+                    values.append(params[param - 1] if param else const)
+            if not all(_accepts(dtype, value) for value in values):
+                return None
             columns.append(pa.array(values, type=arrow_type_of(dtype)))
         return pa.Table.from_arrays(columns, names=list(self.targets))
 
