@@ -153,7 +153,7 @@ class CopyInRequest:
     table_id: int
     column_names: list[str]
     column_types: list[DataType]
-    format: str  # "text" or "csv"
+    format: str  # "text", "csv" or "binary"
     delimiter: str
     null: str
     header: bool

@@ -1,8 +1,9 @@
-"""COPY ... FROM STDIN and COPY ... TO STDOUT (text and CSV formats).
+"""COPY ... FROM STDIN (text, CSV and binary formats) and COPY ... TO STDOUT (text, CSV).
 
 COPY FROM STDIN returns a ``CopyInRequest``; the pgwire layer then streams the data into a
 ``CopyLoader``, which parses it with Arrow's CSV reader (vectorized: no per-row Python),
 casts it with DuckDB (PostgreSQL's text input rules), and writes it as one statement.
+Binary data is read by ``copy_binary``.
 Files on the server are never read or written.
 """
 
@@ -31,7 +32,14 @@ from rivulet.common.types import arrow_type_of
 from rivulet.meta.catalog import TableCatalog
 from rivulet.sql.binder import Binder, position_of
 from rivulet.sql.duckdb_errors import translate
-from rivulet.sql.handlers.dml import _target_columns, insert_rows, resolve_target
+from rivulet.sql.handlers.copy_binary import BinaryCopyReader, check_binary_types
+from rivulet.sql.handlers.dml import (
+    _target_columns,
+    insert_rows,
+    resolve_target,
+    shape_rows,
+    typed_rows,
+)
 from rivulet.sql.handlers.query import query_result, start_query
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import CopyInRequest, StatementResult
@@ -70,8 +78,17 @@ def _options(ast: exp.Copy) -> dict[str, object]:
             opts[key] = text
         else:
             raise sql_error(SYNTAX_ERROR, f'option "{key}" not recognized')
-    if opts["format"] not in ("text", "csv"):
+    if opts["format"] not in ("text", "csv", "binary"):
         raise sql_error(FEATURE_NOT_SUPPORTED, f"COPY format {opts['format']} is not supported")
+    if opts["format"] == "binary":
+        for key in ("delimiter", "null"):
+            if key in opts:
+                raise sql_error(SYNTAX_ERROR, f"cannot specify {key.upper()} in BINARY mode")
+        if "header" in opts:
+            raise sql_error(FEATURE_NOT_SUPPORTED, "cannot specify HEADER in BINARY mode")
+        for key in ("quote", "escape"):
+            if key in opts:
+                raise sql_error(FEATURE_NOT_SUPPORTED, f"COPY {key} available only in CSV mode")
     return opts
 
 
@@ -90,6 +107,12 @@ async def handle_copy(session: Session, stmt: Statement, params: list[object]) -
         )
     opts = _options(ast)
     if not from_stdin:
+        if opts["format"] == "binary":
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED,
+                "COPY TO in binary format is not supported",
+                hint="Use COPY's text or CSV format.",
+            )
         return await _copy_out(session, ast, opts)
     binder = Binder(session.bind_context())
     target = ast.this
@@ -100,6 +123,8 @@ async def handle_copy(session: Session, stmt: Statement, params: list[object]) -
     names = _target_columns(table, target)
     by_name = {c.name: c.type for c in table.columns}
     csv = opts["format"] == "csv"
+    if opts["format"] == "binary":
+        check_binary_types(names, [by_name[n] for n in names])
     delimiter = str(opts.get("delimiter") or ("," if csv else "\t"))
     if len(delimiter) != 1:
         raise sql_error(FEATURE_NOT_SUPPORTED, "COPY delimiter must be a single one-byte character")
@@ -110,7 +135,7 @@ async def handle_copy(session: Session, stmt: Statement, params: list[object]) -
             table_id=table.id,
             column_names=names,
             column_types=[by_name[n] for n in names],
-            format="csv" if csv else "text",
+            format=str(opts["format"]),
             delimiter=delimiter,
             null=str(null) if null is not None else ("" if csv else "\\N"),
             header=bool(opts.get("header")),
@@ -136,9 +161,18 @@ class CopyLoader:
         self._line = 0
         # Lines of the input parsed so far: errors name the line, as PostgreSQL does.
         self._lines = 0
+        self._binary = (
+            BinaryCopyReader(table.name, request.column_names, request.column_types)
+            if request.format == "binary"
+            else None
+        )
 
     async def feed(self, data: bytes) -> None:
         self._buffer += data
+        if self._binary is not None:
+            if len(self._buffer) >= _BATCH_BYTES:
+                await self._read_binary(final=False)
+            return
         if self.request.format == "text" and len(self._buffer) >= _BATCH_BYTES:
             cut = self._buffer.rfind(b"\n")
             if cut >= 0:
@@ -148,7 +182,9 @@ class CopyLoader:
 
     async def finish(self) -> int:
         """Parse what is left, write every row, wait for the commit. Returns the count."""
-        if self._buffer:
+        if self._binary is not None:
+            await self._read_binary(final=True)
+        elif self._buffer:
             piece = bytes(self._buffer)
             self._buffer.clear()
             await self._parse(piece)
@@ -157,6 +193,22 @@ class CopyLoader:
         rows = pa.concat_tables(self._batches) if len(self._batches) > 1 else self._batches[0]
         self._batches.clear()
         return await insert_rows(self.session, self.table, rows)
+
+    async def _read_binary(self, *, final: bool) -> None:
+        """Decode the complete rows of the binary data received (``copy_binary``)."""
+        assert self._binary is not None
+        data = bytes(self._buffer)
+        raw, used = self._binary.read(data, final=final)
+        del self._buffer[:used]
+        if raw is None:
+            return
+        names = self.request.column_names
+        rows = typed_rows(self.table, names, raw.rename_columns(names))
+        if rows is None:
+            rows = await self.session.run_query(
+                lambda cur: shape_rows(cur, self.table, names, raw), light=True
+            )
+        self._batches.append(rows)
 
     async def _parse(self, data: bytes) -> None:
         req = self.request
