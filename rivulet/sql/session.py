@@ -451,14 +451,29 @@ class Session:
     def defer_commit(self, epoch: int, jobs: frozenset[int], since: int) -> None:
         """A write placed in ``epoch`` (when the barrier's ``loss_count`` was ``since``)
         that ``settle_writes`` waits for."""
+        barrier = self.ctx.barrier
+        # Writes committed with no recovery since they were placed need no wait (with
+        # ``rw_implicit_flush`` off, writes gather until a FLUSH).
+        self._unsettled = [
+            w
+            for w in self._unsettled
+            if w[0] > barrier.committed_epoch or w[2] != barrier.loss_count
+        ]
         if self._unsettled and self._unsettled[-1][1:] == (jobs, since):
             self._unsettled[-1] = (max(epoch, self._unsettled[-1][0]), jobs, since)
         else:
             self._unsettled.append((epoch, jobs, since))
 
-    async def settle_writes(self) -> None:
-        """Return once the deferred writes are committed (raises if a failure lost any)."""
-        if not self._unsettled:
+    @property
+    def implicit_flush(self) -> bool:
+        """``rw_implicit_flush``: whether a write returns only once committed (else once
+        its rows are in the current epoch, as RisingWave's default; FLUSH waits)."""
+        return self.config.get("rw_implicit_flush") != "false"
+
+    async def settle_writes(self, *, force: bool = False) -> None:
+        """Return once the deferred writes are committed (raises if a failure lost any).
+        With ``rw_implicit_flush`` off only FLUSH (``force``) waits for them."""
+        if not self._unsettled or not (force or self.implicit_flush):
             return
         # The latest epoch first: its barrier commits the earlier ones too.
         pending = sorted(self._unsettled, key=lambda write: write[0], reverse=True)

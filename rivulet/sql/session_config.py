@@ -166,8 +166,9 @@ VARIABLES: dict[str, Variable] = {
         Variable("row_security", "off"),
         Variable("max_identifier_length", "63", read_only=True),
         Variable("query_mode", "auto", _choice("auto", "local", "distributed")),
-        Variable("rw_implicit_flush", "false", _bool,
-                 "Rivulet makes every write visible before it returns; kept for scripts."),
+        Variable("rw_implicit_flush", "true", _bool,
+                 "A write returns once committed and visible (true), or once its rows are"
+                 " in the current epoch (false, RisingWave's default; FLUSH waits for them)."),
         Variable("batch_parallelism", "0", _nonneg_int),
         Variable("streaming_parallelism", "default", _parallelism,
                  "Parallelism of new streaming jobs: a number, adaptive or default."),

@@ -118,3 +118,30 @@ def test_missing_target_columns_are_null_on_the_fast_path(con: rivulet.Connectio
         (1, None, 1.5),
         (None, None, 2.5),
     ]
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(
+    type_index=st.integers(0, len(TYPES) - 1),
+    param_sets=st.lists(st.tuples(values, values), min_size=1, max_size=6),
+)
+def test_many_parameter_sets_build_what_each_builds(
+    type_index: int, param_sets: list[tuple[object, object]]
+) -> None:
+    """A driver's executemany builds its rows at once: the same table as each set built
+    alone, one after the other, or None when any of them needs the general path."""
+    from rivulet.common.types import BOOLEAN, DOUBLE, SMALLINT, TEXT
+
+    dtype = [SMALLINT, INTEGER, BIGINT, DOUBLE, VARCHAR, TEXT, BOOLEAN][type_index]
+    values_list = parse_one("INSERT INTO t VALUES ($1, 7, $2)").tree.expression
+    rows = literal_rows_of(values_list, ["a", "b", "c"], [dtype, INTEGER, dtype])
+    assert rows is not None
+    sets = [list(s) for s in param_sets]
+    each = [rows.build(s) for s in sets]
+    many = rows.build_many(sets)
+    if any(t is None for t in each):
+        assert many is None
+    else:
+        import pyarrow as pa
+
+        assert many is not None and many.equals(pa.concat_tables(each))

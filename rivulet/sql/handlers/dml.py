@@ -88,7 +88,7 @@ def check_not_null(table: TableCatalog, rows: pa.Table) -> None:
 async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk) -> None:
     """Hand a chunk of the table's stored columns to its actors; return once committed
     (raises if a failure of the table's jobs lost it), or at once when the session
-    defers commits to the protocol's Sync."""
+    defers commits to the protocol's Sync or has ``rw_implicit_flush`` off."""
     jobs = frozenset({table.id})
     await session.interruptible(session.ctx.barrier.wait_jobs_ready(jobs))
     if table.id not in session.ctx.runtime.jobs:
@@ -96,8 +96,8 @@ async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk)
     # A recovery from here on drops the rows, also before the wait below has begun.
     since = session.ctx.barrier.loss_count
     epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
-    if session.defer_commits:
-        session.defer_commit(epoch, jobs, since)  # committed by the next Sync
+    if session.defer_commits or not session.implicit_flush:
+        session.defer_commit(epoch, jobs, since)  # committed by the next Sync (or FLUSH)
         return
     try:
         await session.interruptible(session.ctx.barrier.commit_writes(epoch, jobs, since=since))

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 
 async def handle_flush(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
+    """Commit every write made so far; the session's own writes raise if a failure
+    lost them (with ``rw_implicit_flush`` off they returned before their commit)."""
+    await session.settle_writes(force=True)
     await session.interruptible(session.ctx.barrier.flush())
     return command("FLUSH")
 
