@@ -1,6 +1,9 @@
-"""Foundation figures: COPY and INSERT throughput, SELECT 1 latency, server memory.
+"""Foundation figures: COPY and INSERT throughput, SELECT 1 latency, server memory, and
+the write path next to PostgreSQL 15 (``write_path.py``: single-row and concurrent
+INSERTs, VALUES, asyncpg batches).
 
     python bench/foundation.py [--rows 1000000] [--inserts 100000] [--pings 5000]
+                               [--write-seconds 10] [--no-write-path]
 
 Starts a real `rivulet playground` server (on an on-disk data directory in a temporary
 folder) and drives it with psycopg over loopback, as a user would; the INSERT figure uses
@@ -126,6 +129,8 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--inserts", type=int, default=100_000)
     ap.add_argument("--pings", type=int, default=5_000)
+    ap.add_argument("--write-seconds", type=float, default=10)
+    ap.add_argument("--no-write-path", action="store_true")
     args = ap.parse_args()
 
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
@@ -163,6 +168,11 @@ def main() -> None:
     for name, value, target, ok in rows:
         mark = "" if ok is None else ("  ok" if ok else "  MISSED")
         print(f"{name:<{width}}  {value:>24}   target {target}{mark}")
+    if not args.no_write_path:
+        print()
+        import write_path  # (imports this module's server helpers)
+
+        write_path.main(["--seconds", str(args.write_seconds)])
 
 
 if __name__ == "__main__":

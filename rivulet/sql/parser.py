@@ -7,6 +7,7 @@ that psql can point at the offending token.
 from __future__ import annotations
 
 import logging
+import re
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -172,8 +173,85 @@ def _split(tokens: list[Token]) -> list[list[Token]]:
     return [c for c in chunks if c]
 
 
+# A long ``INSERT INTO t [(cols)] VALUES (...), ...`` of plain literals is read by
+# ``_scan_literal_insert`` instead of sqlglot (6,000 rows took 0.45 s to tokenize and parse).
+_LONG_INSERT_CHARS = 4096
+_INSERT_PREFIX = re.compile(
+    r"\s*insert\s+into\s+[^'();\-/]+?(?:\([^'();\-/]*\))?\s*values\s*", re.I
+)
+_VALUES_TOKEN = re.compile(
+    r"\s*(?:([(),])|(-)?(\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)(?![\w.])|'([^'\\]*(?:''[^'\\]*)*)'"
+    r"|(null|true|false)(?!\w))",
+    re.I,
+)
+_KEYWORD_NODES = {"null": exp.Null, "true": lambda: exp.Boolean(this=True),
+                  "false": lambda: exp.Boolean(this=False)}  # fmt: skip
+
+
+def _scan_literal_insert(sql: str) -> Statement | None:
+    """The one statement of a long INSERT whose VALUES rows hold only numbers, strings,
+    NULL, TRUE and FALSE, with the tree sqlglot would give it (its head - target and
+    columns - is parsed by sqlglot); None for anything else (then the parser reads it)."""
+    head = _INSERT_PREFIX.match(sql)
+    if head is None:
+        return None
+    rows: list[exp.Expression] = []
+    items: list[exp.Expression] = []
+    # What comes next: a row's "(", an item, "," or ")" after an item, "," after a row.
+    expect = "row"
+    pos = last = head.end()
+    match = _VALUES_TOKEN.match
+    while (m := match(sql, pos)) is not None:
+        pos = m.end()
+        punct = m.group(1)
+        if expect == "row":
+            if punct != "(":
+                return None
+            expect, items = "item", []
+        elif expect == "item":
+            if punct is not None:
+                return None
+            if m.group(3) is not None:
+                number = exp.Literal(this=m.group(3), is_string=False)
+                items.append(exp.Neg(this=number) if m.group(2) else number)
+            elif m.group(4) is not None:
+                items.append(exp.Literal(this=m.group(4).replace("''", "'"), is_string=True))
+            else:
+                items.append(_KEYWORD_NODES[m.group(5).lower()]())
+            expect = "after item"
+        elif expect == "after item":
+            if punct == ",":
+                expect = "item"
+            elif punct == ")":
+                rows.append(exp.Tuple(expressions=items))
+                expect, last = "after row", pos
+            else:
+                return None
+        elif punct == ",":  # after a row
+            expect = "row"
+        else:
+            return None
+    if expect != "after row" or sql[last:].strip() not in ("", ";"):
+        return None
+    try:
+        (stmt,) = _parse_with_sqlglot(sql[: head.end()] + " (NULL)")
+    except Error:
+        return None
+    values = stmt.tree.expression
+    if not isinstance(stmt.tree, exp.Insert) or not isinstance(values, exp.Values):
+        return None
+    values.set("expressions", rows)
+    return Statement(stmt.tree, sql[stmt.start : last], stmt.start)
+
+
 def parse_statements(sql: str) -> list[Statement]:
     """Every statement in ``sql``, in order. Raises a 42601 error on bad syntax."""
+    if len(sql) > _LONG_INSERT_CHARS and (fast := _scan_literal_insert(sql)) is not None:
+        return [fast]
+    return _parse_with_sqlglot(sql)
+
+
+def _parse_with_sqlglot(sql: str) -> list[Statement]:
     try:
         tokens = DIALECT.tokenize(sql)
     except TokenError as exc:

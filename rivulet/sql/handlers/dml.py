@@ -175,13 +175,10 @@ def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
         raise sql_error(SYNTAX_ERROR, "INSERT needs VALUES or a query")
     literal_rows = None
     if isinstance(source, exp.Values):
-        explicit = isinstance(ast.this, exp.Schema)
-        width = len(source.expressions[0].expressions) if source.expressions else 0
-        if not explicit and width < len(targets):
-            # Without a column list, PostgreSQL fills the trailing columns with NULL.
-            targets = targets[:width]
+        targets = _values_targets(ast, source, targets)
         literal_rows = literal_rows_of(source, targets, [types[n] for n in targets])
         # PostgreSQL coerces each VALUES item to its target column's type.
+        casts = {n: exp.DataType.build(types[n].duckdb, dialect="duckdb") for n in targets}
         for row in source.expressions:
             items = row.expressions
             if len(items) != len(targets):
@@ -191,18 +188,45 @@ def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
                     item.replace(exp.cast(exp.null(), types[name].duckdb))
                     continue
                 binder.note_param_type(item, types[name])
-                item.replace(
-                    exp.Cast(
-                        this=item.copy(),
-                        to=exp.DataType.build(types[name].duckdb, dialect="duckdb"),
-                    )
-                )
+                item.replace(exp.Cast(this=item.copy(), to=casts[name].copy()))
     if isinstance(source, exp.Query):
         _attach_with(source, ast)
     bound = binder.bind_query(source, name_outputs=False)
     return DmlPlan(
         table, target_ref, bound, ast.args.get("returning"), targets, literal_rows=literal_rows
     )
+
+
+def _values_targets(ast: exp.Insert, values: exp.Values, targets: list[str]) -> list[str]:
+    """The columns a VALUES list fills: without a column list, PostgreSQL fills the
+    trailing columns of a shorter list with NULL."""
+    width = len(values.expressions[0].expressions) if values.expressions else 0
+    if not isinstance(ast.this, exp.Schema) and width < len(targets):
+        return targets[:width]
+    return targets
+
+
+def literal_insert_plan(session: Session, ast: exp.Expression) -> DmlPlan | None:
+    """The plan of an INSERT whose VALUES are only literals stored as they are, read off
+    the statement's tree without copying it: there is no query to bind (a long VALUES
+    list took seconds to copy, bind and print as SQL that never ran). Else None."""
+    if not isinstance(ast, exp.Insert) or any(
+        ast.args.get(k) for k in ("conflict", "returning", "with_")
+    ):
+        return None
+    source = ast.expression
+    if not isinstance(source, exp.Values):
+        return None
+    binder = Binder(session.bind_context())
+    target_ref = ast.this.this if isinstance(ast.this, exp.Schema) else ast.this
+    table = resolve_target(session, binder, target_ref)
+    types = {c.name: c.type for c in table.columns}
+    targets = _values_targets(ast, source, _target_columns(table, ast.this))
+    rows = literal_rows_of(source, targets, [types[n] for n in targets])
+    if rows is None or rows.param_count:
+        return None
+    empty = BoundQuery("", 0, [], [table], reads_data=False)
+    return DmlPlan(table, target_ref, empty, None, targets, literal_rows=rows)
 
 
 def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
@@ -221,7 +245,10 @@ async def handle_insert(session: Session, stmt: Statement, params: list[object])
     ast = stmt.tree  # read only (planning takes its own copy, once per text)
     assert isinstance(ast, exp.Insert)
     plan = await session.compile_cached(
-        _INSERT_PLAN, stmt, lambda st: plan_insert(session, st.ast), keep=_keeps
+        _INSERT_PLAN,
+        stmt,
+        lambda st: literal_insert_plan(session, st.tree) or plan_insert(session, st.ast),
+        keep=_keeps,
     )
     _check_params(plan.bound.param_count, params)
     src = plan.literal_rows.build(params) if plan.literal_rows is not None else None
@@ -265,7 +292,7 @@ def batchable_insert(session: Session, stmt: Statement) -> DmlPlan | None:
         plan = planned_insert(session, stmt)
     except Error:
         return None  # the statement's own run reports it
-    if plan.literal_rows is None or not plan.bound.param_count:
+    if plan.literal_rows is None or not plan.literal_rows.param_count:
         return None
     return plan
 
@@ -325,7 +352,7 @@ def planned_insert(session: Session, stmt: Statement) -> DmlPlan:
     Execute, of a statement an application repeats plan it once)."""
     plan = session.cached(_INSERT_PLAN, stmt)
     if plan is None:
-        plan = plan_insert(session, stmt.tree.copy())
+        plan = literal_insert_plan(session, stmt.tree) or plan_insert(session, stmt.tree.copy())
         if _keeps(plan):
             session.cache(_INSERT_PLAN, stmt, plan)
     assert isinstance(plan, DmlPlan)

@@ -84,6 +84,11 @@ class LiteralRows:
     types: tuple[DataType, ...]
     rows: tuple[tuple[Item, ...], ...]
 
+    @property
+    def param_count(self) -> int:
+        """The highest parameter number it takes (0: only literals, always built)."""
+        return max((param for row in self.rows for param, _ in row), default=0)
+
     def build(self, params: Sequence[object]) -> pa.Table | None:
         """The rows as a table (one column per target, typed), or None when some value
         needs the general path."""
