@@ -56,9 +56,11 @@ log = logging.getLogger(__name__)
 # its commit (its allocator keeps freed blocks: a few large values stayed resident).
 _RELEASE_AFTER_ROWS = 100_000
 _RELEASE_AFTER_BYTES = 16 << 20
-# Group commit: a barrier that writers ask for waits while this many epochs are
-# collected but not yet committed (so that the writes arriving meanwhile share it).
-_MAX_UNCOMMITTED_EPOCHS = 2
+# Group commit: a barrier that writers ask for waits while this many epochs are in
+# flight (so that the writes arriving meanwhile share it): the cost of an epoch is mostly
+# fixed, so fuller epochs are more writes per second (16 clients, one MV: ~295 rows/s with
+# two epochs in flight, ~420-445 with one).
+_MAX_UNCOMMITTED_EPOCHS = 1
 # Recoveries remembered for the writes placed before them (``_Loss``).
 _LOSSES_KEPT = 4096
 
