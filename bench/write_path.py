@@ -1,6 +1,6 @@
 """The write path, next to PostgreSQL 15 on the same machine.
 
-    python bench/write_path.py [--seconds 10] [--clients 16]
+    python bench/write_path.py [--seconds 10] [--clients 16] [--rw-implicit-flush false]
 
 Runs the same statements against a real `rivulet playground` (in memory, and on a data
 directory) and against a throw-away PostgreSQL cluster in a temporary directory (on
@@ -152,11 +152,15 @@ def asyncpg_rates(target: Target, rows: int = 100_000) -> tuple[float | None, fl
 
 
 @contextmanager
-def rivulet_target(data_dir: Path | None, name: str) -> Any:
+def rivulet_target(data_dir: Path | None, name: str, implicit_flush: bool = True) -> Any:
     port = free_port()
     proc = start_server(data_dir, port)
+    dsn, url = conninfo(port), f"postgresql://root@127.0.0.1:{port}/dev"
+    if not implicit_flush:  # RisingWave's semantics: a write returns before its commit
+        dsn += " options='-c rw_implicit_flush=false'"
+        url += "?options=-c%20rw_implicit_flush%3Dfalse"
     try:
-        yield Target(name, conninfo(port), MV, f"postgresql://root@127.0.0.1:{port}/dev")
+        yield Target(name, dsn, MV, url)
     finally:
         proc.terminate()
         proc.wait(30)
@@ -194,11 +198,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument(
+        "--rw-implicit-flush",
+        choices=["true", "false"],
+        default="true",
+        help="false: Rivulet's writes return before their commit, as RisingWave's default",
+    )
     args = ap.parse_args(argv)
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
-        memory = measure(lambda: rivulet_target(None, "rivulet (memory)"), args, False)
-        disk = measure(lambda: rivulet_target(Path(tmp) / "data", "rivulet (disk)"), args, True)
+        flush = args.rw_implicit_flush == "true"
+        memory = measure(lambda: rivulet_target(None, "rivulet (memory)", flush), args, False)
+        disk = measure(
+            lambda: rivulet_target(Path(tmp) / "data", "rivulet (disk)", flush), args, True
+        )
     try:
         pg = measure(postgres_target, args, True)
     except RuntimeError as exc:

@@ -55,7 +55,7 @@ class Statement:
     binding is cached never pays for the copy.
     """
 
-    __slots__ = ("_owned", "_tree", "notices", "start", "text")
+    __slots__ = ("_names", "_owned", "_tree", "notices", "start", "text")
 
     def __init__(
         self,
@@ -65,8 +65,12 @@ class Statement:
         *,
         shared: bool = False,
         notices: tuple[str, ...] = (),
+        names: exp.Expression | None = None,
     ):
         self._tree = ast
+        # The part of the tree that holds every identifier, when the parser knows it to be
+        # smaller than the tree (the rows of a scanned VALUES list hold none).
+        self._names = names
         self._owned = not shared
         self.text = text
         self.start = start  # 0-based offset of the statement's first character
@@ -79,12 +83,18 @@ class Statement:
         if not self._owned:
             self._tree = self._tree.copy()
             self._owned = True
+            self._names = None
         return self._tree
 
     @property
     def tree(self) -> exp.Expression:
         """The tree for reading only (no copy)."""
         return self._tree
+
+    @property
+    def names_tree(self) -> exp.Expression:
+        """The subtree that holds the statement's identifiers (often the whole tree)."""
+        return self._names if self._names is not None else self._tree
 
     def fresh(self) -> Statement:
         """Another run of this statement (its tree must not have been rewritten)."""
@@ -99,7 +109,7 @@ def check_identifiers(stmt: Statement) -> None:
     """Identifiers as PostgreSQL reads them: an empty quoted one is an error, one longer
     than 63 bytes is truncated (on a character boundary) with a notice."""
     notices = []
-    for ident in stmt.tree.find_all(exp.Identifier):
+    for ident in stmt.names_tree.find_all(exp.Identifier):
         name = ident.this
         if not isinstance(name, str):
             continue
@@ -241,7 +251,7 @@ def _scan_literal_insert(sql: str) -> Statement | None:
     if not isinstance(stmt.tree, exp.Insert) or not isinstance(values, exp.Values):
         return None
     values.set("expressions", rows)
-    return Statement(stmt.tree, sql[stmt.start : last], stmt.start)
+    return Statement(stmt.tree, sql[stmt.start : last], stmt.start, names=stmt.tree.this)
 
 
 def parse_statements(sql: str) -> list[Statement]:

@@ -37,7 +37,15 @@ from rivulet.sql.result import Notice, RowStream, StatementResult
 from rivulet.sql.session_config import VERSION_STRING, SessionConfig
 
 T = TypeVar("T")
-_WRITES = (exp.Insert, exp.Update, exp.Delete)
+
+
+def _reads_nothing(tree: exp.Expression) -> bool:
+    """A write that reads no stored rows (an INSERT of VALUES without subqueries): in a
+    pipeline it need not wait for the commit of the writes before it."""
+    if not isinstance(tree, exp.Insert) or not isinstance(tree.expression, exp.Values):
+        return False
+    return tree.expression.find(exp.Select) is None
+
 
 _PARSE_CACHE_SIZE = 256
 # Statements at least this long are parsed and bound on a thread, so that the event loop
@@ -274,8 +282,10 @@ class Session:
 
         with self.running(stmt.text):
             try:
-                if not (self.defer_commits and isinstance(stmt.tree, _WRITES)):
-                    await self.settle_writes()  # what it reads includes earlier writes
+                if not (self.defer_commits and _reads_nothing(stmt.tree)):
+                    # What it reads includes earlier writes (an UPDATE in a pipeline sees
+                    # the INSERTs before it, as in PostgreSQL's implicit transaction).
+                    await self.settle_writes()
                 result = await dispatch(self, stmt, list(params) if params is not None else [])
             except BaseException as exc:
                 raise self.statement_error(exc, stmt.text) from None
@@ -590,7 +600,7 @@ def _parse(sql: str) -> list[Statement]:
     try:
         parsed = parse_statements(sql)
         for st in parsed:
-            normalize_identifiers(st.ast, dialect="postgres")
+            normalize_identifiers(st.names_tree, dialect="postgres")
             check_identifiers(st)
     except RecursionError:
         raise stack_depth_error() from None

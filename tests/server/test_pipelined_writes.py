@@ -150,3 +150,22 @@ def test_psycopg_executemany_with_values_needing_casts(
     assert total.fetchone() == (8, 36, 5)
     rows = conn.execute(f"SELECT id, v, t FROM {table_name} WHERE id <= 4 ORDER BY id")
     assert rows.fetchall() == [(1, 2, "a"), (2, 3, "b"), (3, None, "c"), (4, None, None)]
+
+
+def test_a_pipeline_mixing_statements_keeps_every_row_in_order(
+    conn: psycopg.Connection, table_name: str
+) -> None:
+    """Batched Executes of one INSERT stop at another statement (or the same one with a
+    value that needs its general path) and take up again after it; an UPDATE in the
+    pipeline sees the rows inserted before it (it ignored them: it read the last commit)."""
+    conn.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v TEXT)")
+    cur = conn.cursor()
+    with conn.pipeline():
+        cur.executemany(f"INSERT INTO {table_name} VALUES (%s, %s)", [(i, "a") for i in range(50)])
+        cur.execute(f"UPDATE {table_name} SET v = 'b' WHERE id < 10")
+        cur.executemany(
+            f"INSERT INTO {table_name} VALUES (%s, %s)",
+            [(i, "c") for i in range(5, 15)] + [("15", "d")] + [(i, "e") for i in range(16, 60)],
+        )
+        counted = conn.execute(f"SELECT v, count(*) FROM {table_name} GROUP BY v ORDER BY v")
+    assert counted.fetchall() == [("b", 5), ("c", 10), ("d", 1), ("e", 44)]

@@ -72,6 +72,8 @@ _RUN_TO_DESCRIBE = (exp.Query, exp.Describe, dialect.ShowStatement, dialect.Expl
 _DEALLOCATE = re.compile(
     r'^\s*deallocate\s+(?:prepare\s+)?(?:"([^"]+)"|([^\s;]+))\s*;?\s*$', re.IGNORECASE
 )
+# The body of an Execute of the unnamed portal without a row limit.
+_EXECUTE_UNNAMED_PORTAL = b"\x00\x00\x00\x00\x00"
 _MESSAGE_LEVELS = ["debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning"]
 
 
@@ -887,6 +889,13 @@ class Connection:
         ps = self._statement(msg.statement)
         if msg.portal and msg.portal in self.portals:
             raise sql_error("42P03", f'cursor "{msg.portal}" already exists')
+        values = self._bind_values(ps, msg)
+        self._drop_portal(msg.portal)  # the unnamed portal is replaced
+        self.portals[msg.portal] = Portal(ps, values, msg.result_formats)
+        self.out += m.BIND_COMPLETE
+
+    def _bind_values(self, ps: PreparedStatement, msg: m.BindMessage) -> list[object]:
+        """A Bind's parameters, decoded."""
         nparams = len(msg.params)
         formats = msg.param_formats
         if len(formats) > 1 and len(formats) != nparams:
@@ -894,7 +903,7 @@ class Connection:
                 PROTOCOL_VIOLATION,
                 f"bind message has {len(formats)} parameter formats but {nparams} parameters",
             )
-        values = [
+        return [
             codec.decode_param(
                 self._param_oid(ps, i),
                 formats[0] if len(formats) == 1 else (formats[i] if formats else 0),
@@ -902,9 +911,33 @@ class Connection:
             )
             for i, raw in enumerate(msg.params)
         ]
-        self._drop_portal(msg.portal)  # the unnamed portal is replaced
-        self.portals[msg.portal] = Portal(ps, values, msg.result_formats)
-        self.out += m.BIND_COMPLETE
+
+    def _drain_batch(self) -> None:
+        """Queue the Bind/Execute pairs of the batched INSERT that are already buffered,
+        without a trip through the message loop for each (an executemany sends one pair
+        per row). Stops, leaving the rest to the loop, at anything else: another
+        statement, a named portal, a row limit, a value that does not decode."""
+        ps = self._batch[0].statement
+        reader = self.reader
+        while True:
+            start = reader.position
+            bind = reader.next_buffered(b"B")
+            execute = reader.next_buffered(b"E") if bind is not None else None
+            if bind is None or execute != _EXECUTE_UNNAMED_PORTAL:
+                reader.rewind(start)
+                return
+            try:
+                msg = m.parse_bind(bind)
+                if msg.portal or self.statements.get(msg.statement) is not ps:
+                    raise LookupError
+                values = self._bind_values(ps, msg)
+            except (Error, m.ProtocolError, LookupError):
+                reader.rewind(start)  # the loop reads it again and answers as it does
+                return
+            self.out += m.BIND_COMPLETE
+            queued = Portal(ps, values, msg.result_formats)
+            queued.result = StatementResult(tag="INSERT 0 1", rowcount=1)
+            self._batch.append(queued)
 
     @staticmethod
     def _param_oid(ps: PreparedStatement, i: int) -> int:
@@ -977,6 +1010,8 @@ class Connection:
             # A driver's executemany: the rows of its Executes go as one write.
             portal.result = StatementResult(tag="INSERT 0 1", rowcount=1)
             self._batch.append(portal)
+            if max_rows == 0:
+                self._drain_batch()
             return
         await self._execute_now(portal, max_rows)
 

@@ -125,6 +125,32 @@ class MessageReader:
             self._buf += chunk
         await asyncio.get_running_loop().create_future()
 
+    @property
+    def position(self) -> int:
+        """Where the next message starts in the buffer (for ``rewind``)."""
+        return self._pos
+
+    def rewind(self, position: int) -> None:
+        """Read again from ``position`` (taken since the last wait for data)."""
+        self._pos = position
+
+    def next_buffered(self, kind: bytes) -> bytes | None:
+        """The body of the next message if it is of ``kind`` and already whole in the
+        buffer (a regular message within ``max_length``), without waiting; else None,
+        with nothing consumed."""
+        if len(self._buf) - self._pos < 5:
+            return None
+        got, length = _TYPE_LEN.unpack_from(self._buf, self._pos)
+        if (
+            got != kind
+            or length < 4
+            or length - 4 > self.max_length
+            or len(self._buf) - self._pos < length + 1
+        ):
+            return None
+        self._pos += 5
+        return self._take(length - 4)
+
     def has_buffered(self) -> bool:
         """Whether a following message is already (at least partly) in the buffer."""
         return len(self._buf) > self._pos
