@@ -421,6 +421,7 @@ class BarrierManager:
             self._inject_on_resume = True
         elif self._dataflow_busy():
             self._barrier_wanted = True
+            self._wake_commit()  # it injects the barrier once the dataflow is free
         else:
             self.inject()
 
@@ -495,6 +496,9 @@ class BarrierManager:
         if self._inject_on_resume:
             self._inject_on_resume = False
             self.inject()
+        # A barrier writers asked for while the dataflow was busy, then held: the commit
+        # loop injects it (nothing else may wake it: no timer barriers in tests).
+        self._wake_commit()
 
     # --------------------------------------------------------------- failure
     def recover(self, error: Error, cause: FailureCause | None = None) -> None:
