@@ -63,6 +63,11 @@ class ServerProcess:
         kwargs.setdefault("autocommit", True)
         return psycopg.connect(self.dsn(), **kwargs)  # type: ignore[arg-type]
 
+    def asyncpg_args(self) -> dict[str, object]:
+        """Keyword arguments of ``asyncpg.connect`` for this server."""
+        return {"host": self.host, "port": self.port, "user": "root", "database": "dev",
+                "password": self.password}  # fmt: skip
+
     def output(self) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""

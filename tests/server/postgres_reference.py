@@ -71,6 +71,10 @@ class PostgresServer:
         kwargs.setdefault("autocommit", True)
         return psycopg.connect(self.dsn(), **kwargs)  # type: ignore[arg-type]
 
+    def asyncpg_args(self) -> dict[str, object]:
+        """Keyword arguments of ``asyncpg.connect`` for this server."""
+        return {"host": self.host, "port": self.port, "user": self.user, "database": "postgres"}
+
     def log(self) -> str:
         path = self.base_dir / "postgres.log"
         return path.read_text(errors="replace") if path.exists() else ""

@@ -52,14 +52,8 @@ def _copy_records(args: dict[str, object], table: str, records: list[tuple]) -> 
 def test_copy_records_to_table_stores_what_postgresql_stores(
     server: ServerProcess, postgres: PostgresServer, table_name: str
 ) -> None:
-    ours = _copy_records(
-        {"host": server.host, "port": server.port, "user": "root", "database": "dev",
-         "password": server.password}, table_name, RECORDS,
-    )  # fmt: skip
-    theirs = _copy_records(
-        {"host": postgres.host, "port": postgres.port, "user": postgres.user,
-         "database": "postgres"}, table_name, RECORDS,
-    )  # fmt: skip
+    ours = _copy_records(server.asyncpg_args(), table_name, RECORDS)
+    theirs = _copy_records(postgres.asyncpg_args(), table_name, RECORDS)
     assert ours == theirs
     assert ours[0] == "COPY 3"
 
@@ -69,10 +63,7 @@ def test_a_large_binary_copy_is_read_in_pieces(server: ServerProcess, table_name
     rows = 400_000
 
     async def main() -> None:
-        c = await asyncpg.connect(
-            host=server.host, port=server.port, user="root", database="dev",
-            password=server.password,
-        )  # fmt: skip
+        c = await asyncpg.connect(**server.asyncpg_args())
         try:
             await c.execute(f"CREATE TABLE {table_name} (id BIGINT, k INT, name VARCHAR)")
             await c.execute(

@@ -16,10 +16,7 @@ def test_executemany_rows_are_visible_when_it_returns(
     server: ServerProcess, table_name: str
 ) -> None:
     async def main() -> None:
-        c = await asyncpg.connect(
-            host=server.host, port=server.port, user="root", database="dev",
-            password=server.password,
-        )  # fmt: skip
+        c = await asyncpg.connect(**server.asyncpg_args())
         try:
             await c.execute(f"CREATE TABLE {table_name} (id BIGINT, v INT)")
             await c.execute(
@@ -49,12 +46,6 @@ def test_a_read_in_a_pipeline_sees_the_writes_before_it(
     assert conn.execute(f"SELECT count(*) FROM {table_name}").fetchone() == (2,)
 
 
-async def _asyncpg_connect(host: str, port: int, user: str, database: str, password: object):
-    return await asyncpg.connect(
-        host=host, port=port, user=user, database=database, password=password
-    )
-
-
 def _executemany_outcome(con_args: dict[str, object], table: str, rows: list[tuple]) -> tuple:
     """What an executemany with ``rows`` does to a fresh ``table (id INT, v INT NOT
     NULL)``: the error's class and SQLSTATE (or None), and the rows stored after it."""
@@ -81,14 +72,8 @@ def test_an_executemany_with_one_bad_row_writes_none_as_in_postgresql(
     server: ServerProcess, postgres, table_name: str
 ) -> None:
     rows = [(i, i) for i in range(50)] + [(50, None)] + [(i, i) for i in range(51, 60)]
-    ours = _executemany_outcome(
-        {"host": server.host, "port": server.port, "user": "root", "database": "dev",
-         "password": server.password}, table_name, rows,
-    )  # fmt: skip
-    theirs = _executemany_outcome(
-        {"host": postgres.host, "port": postgres.port, "user": postgres.user,
-         "database": "postgres"}, table_name, rows,
-    )  # fmt: skip
+    ours = _executemany_outcome(server.asyncpg_args(), table_name, rows)
+    theirs = _executemany_outcome(postgres.asyncpg_args(), table_name, rows)
     assert ours == theirs == (("NotNullViolationError", "23502"), [])
 
 
@@ -96,14 +81,8 @@ def test_an_executemany_of_good_rows_matches_postgresql(
     server: ServerProcess, postgres, table_name: str
 ) -> None:
     rows = [(i, i * 7 - 3) for i in range(2000)]
-    ours = _executemany_outcome(
-        {"host": server.host, "port": server.port, "user": "root", "database": "dev",
-         "password": server.password}, table_name, rows,
-    )  # fmt: skip
-    theirs = _executemany_outcome(
-        {"host": postgres.host, "port": postgres.port, "user": postgres.user,
-         "database": "postgres"}, table_name, rows,
-    )  # fmt: skip
+    ours = _executemany_outcome(server.asyncpg_args(), table_name, rows)
+    theirs = _executemany_outcome(postgres.asyncpg_args(), table_name, rows)
     assert ours == theirs == (None, sorted(rows))
 
 
@@ -114,10 +93,7 @@ def test_repeated_keys_in_one_executemany_keep_the_last_row(
     statements one at a time do (a primary key's new row replaces the old one)."""
 
     async def main() -> None:
-        c = await asyncpg.connect(
-            host=server.host, port=server.port, user="root", database="dev",
-            password=server.password,
-        )  # fmt: skip
+        c = await asyncpg.connect(**server.asyncpg_args())
         try:
             await c.execute(f"CREATE TABLE {table_name} (id INT PRIMARY KEY, v TEXT)")
             rows = [(i % 10, f"v{i}") for i in range(100)]
