@@ -6,6 +6,7 @@ goes backwards) and a restart (resuming from the persisted per-vnode progress)."
 
 from __future__ import annotations
 
+import ctypes
 import random
 import threading
 import time
@@ -360,7 +361,12 @@ def test_a_snapshot_scan_holds_a_bounded_part_of_a_large_snapshot() -> None:
     so what it buffers is bounded by what an epoch reads, not by the table: here a table
     of about 190 MB (as Arrow) is read at 100k rows/s per actor into an MV of one row
     while the process's memory grows by far less than the table's size (holding the whole
-    snapshot, it grew by about 420 MB)."""
+    snapshot, it grew by about 420 MB).
+
+    The table is checkpointed first: DuckDB's first checkpoint of freshly written rows
+    rewrites them compressed, and a reader open meanwhile (this scan, or any long query)
+    keeps the uncompressed version alive until it ends - storage's cost, about the
+    table's size once, not the scan's buffering, which is what this measures."""
 
     def rss() -> int:
         with open("/proc/self/status") as f:
@@ -376,17 +382,30 @@ def test_a_snapshot_scan_holds_a_bounded_part_of_a_large_snapshot() -> None:
                 " AS g(i)",
                 [start, start + 249_999],
             )
+        store = con._thread.engine.store  # type: ignore[attr-defined]
+        store.checkpoint()
+        # DuckDB lets go of the rewritten rows' old version as a scan passes them; then
+        # what it freed goes back to the OS, so that the baseline is what is live
+        # (memory reused from free lists would hide growth).
+        expected = con.execute("SELECT count(*), sum(length(s)) FROM big").fetchone()
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        probe = store.new_cursor()
+
+        def duckdb_bytes() -> int:
+            return probe.sql("SELECT sum(memory_usage_bytes) FROM duckdb_memory()").fetchall()[0][0]
+
         table_bytes = 128 * rows
-        peak = [0]
+        peak = [0, 0]
         done = threading.Event()
 
         def sample() -> None:
             while not done.is_set():
                 peak[0] = max(peak[0], rss())
+                peak[1] = max(peak[1], duckdb_bytes())
                 time.sleep(0.005)
 
         sampler = threading.Thread(target=sample, daemon=True)
-        baseline = rss()
+        baseline = rss(), duckdb_bytes()
         sampler.start()
         try:
             con.execute(
@@ -396,9 +415,6 @@ def test_a_snapshot_scan_holds_a_bounded_part_of_a_large_snapshot() -> None:
         finally:
             done.set()
             sampler.join()
-        assert (
-            con.execute("SELECT c, n FROM bm").fetchone()
-            == con.execute("SELECT count(*), sum(length(s)) FROM big").fetchone()
-        )
-        held = peak[0] - baseline
-        assert held < table_bytes / 3, (held, table_bytes)
+        assert con.execute("SELECT c, n FROM bm").fetchone() == expected
+        held = peak[0] - baseline[0], peak[1] - baseline[1]
+        assert max(held) < table_bytes / 6, (held, table_bytes)
