@@ -82,6 +82,8 @@ class Session:
         self.defer_commits = False
         # The deferred writes as (epoch, jobs, the barrier's loss_count when placed).
         self._unsettled: list[tuple[int, frozenset[int], int]] = []
+        # A pipeline's writes not handed to the dataflow yet (``holds_writes``).
+        self._held: list[Callable[[], None]] = []
         self.closed = False
         self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
         # Bound queries and planned statements by ``_cache_key``.
@@ -458,7 +460,7 @@ class Session:
         result.stream = None
         result.rowcount = result.rows.num_rows
 
-    def defer_commit(self, epoch: int, jobs: frozenset[int], since: int) -> None:
+    def defer_commit(self, epoch: int, since: int, jobs: frozenset[int]) -> None:
         """A write placed in ``epoch`` (when the barrier's ``loss_count`` was ``since``)
         that ``settle_writes`` waits for."""
         barrier = self.ctx.barrier
@@ -475,6 +477,23 @@ class Session:
             self._unsettled.append((epoch, jobs, since))
 
     @property
+    def holds_writes(self) -> bool:
+        """Whether a write waits in the session for the protocol's Sync: the writes of a
+        pipeline's implicit transaction go to the dataflow together, or not at all if
+        one of its statements fails, as PostgreSQL commits or rolls it back (outside a
+        transaction block, where each statement commits alone, and with
+        ``rw_implicit_flush`` on)."""
+        return self.defer_commits and self.implicit_flush and not self.in_transaction
+
+    def hold_write(self, place: Callable[[], None]) -> None:
+        """Keep a write (``place`` hands it to the dataflow) until ``settle_writes``."""
+        self._held.append(place)
+
+    def drop_held_writes(self) -> None:
+        """Forget the held writes: their pipeline failed."""
+        self._held = []
+
+    @property
     def implicit_flush(self) -> bool:
         """``rw_implicit_flush``: whether a write returns only once committed (else once
         its rows are in the current epoch, as RisingWave's default; FLUSH waits)."""
@@ -482,7 +501,11 @@ class Session:
 
     async def settle_writes(self, *, force: bool = False) -> None:
         """Return once the deferred writes are committed (raises if a failure lost any).
-        With ``rw_implicit_flush`` off only FLUSH (``force``) waits for them."""
+        With ``rw_implicit_flush`` off only FLUSH (``force``) waits for them. Held writes
+        are handed over first, together (one epoch)."""
+        held, self._held = self._held, []
+        for place in held:
+            place()
         if not self._unsettled or not (force or self.implicit_flush):
             return
         # The latest epoch first: its barrier commits the earlier ones too.

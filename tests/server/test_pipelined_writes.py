@@ -6,10 +6,12 @@ writes before it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import asyncpg
 import psycopg
 from conftest import ServerProcess
+from postgres_reference import PostgresServer
 
 
 def test_executemany_rows_are_visible_when_it_returns(
@@ -145,3 +147,30 @@ def test_a_pipeline_mixing_statements_keeps_every_row_in_order(
         )
         counted = conn.execute(f"SELECT v, count(*) FROM {table_name} GROUP BY v ORDER BY v")
     assert counted.fetchall() == [("b", 5), ("c", 10), ("d", 1), ("e", 44)]
+
+
+def _pipeline_outcome(connect: Callable[[], psycopg.Connection], table: str) -> tuple:
+    """An executemany whose rows are several statements (psycopg parses again when a
+    value needs a wider integer type), the last of which fails."""
+    with connect() as c:
+        c.execute(f"CREATE TABLE {table} (id BIGINT, v SMALLINT)")
+        error = None
+        try:
+            with c.cursor() as cur:
+                cur.executemany(
+                    f"INSERT INTO {table} VALUES (%s, %s)",
+                    [(1, 1), (2, 2), (1 << 40, 3), (3, 4), (4, 1 << 20)],
+                )
+        except psycopg.Error as exc:
+            error = exc.sqlstate
+        stored = c.execute(f"SELECT count(*) FROM {table}").fetchone()
+        c.execute(f"DROP TABLE {table}")
+    return error, stored
+
+
+def test_a_failed_statement_of_a_pipeline_writes_none_of_it_as_in_postgresql(
+    server: ServerProcess, postgres: PostgresServer, table_name: str
+) -> None:
+    ours = _pipeline_outcome(server.connect, table_name)
+    theirs = _pipeline_outcome(postgres.connect, table_name)
+    assert ours == theirs == ("22003", (0,))

@@ -74,6 +74,7 @@ _DEALLOCATE = re.compile(
 )
 # The body of an Execute of the unnamed portal without a row limit.
 _EXECUTE_UNNAMED_PORTAL = b"\x00\x00\x00\x00\x00"
+_DESCRIBE_UNNAMED_PORTAL = b"P\x00"
 _MESSAGE_LEVELS = ["debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning"]
 
 
@@ -444,7 +445,7 @@ class Connection:
                 continue
             if kind == b"X":
                 return  # a queued batch is dropped with its implicit transaction
-            if self._batch and kind not in (b"B", b"E"):
+            if self._batch and kind not in (b"B", b"E") and not self._describes_batch(kind, body):
                 await self._run_batch()
             if kind == b"S":
                 await self._settle_writes()
@@ -514,6 +515,8 @@ class Connection:
         ReadyForQuery, as PostgreSQL commits its implicit transaction there."""
         if self.session is None:
             return
+        if self.skip_until_sync:  # a statement failed: the implicit transaction is void
+            self.session.drop_held_writes()
         try:
             await self.session.settle_writes()
         except Error as exc:
@@ -542,6 +545,8 @@ class Connection:
         assert self.session is not None
         sql = m.Body(body).cstring()
         log.debug("session %d: query %r", self.process_id, sql[:1000])
+        # Executes with no Sync before this Query: their writes go ahead of its own.
+        await self._settle_writes()
         self._drop_portal("")
         dealloc = _DEALLOCATE.match(sql)
         if dealloc:
@@ -922,6 +927,11 @@ class Connection:
         while True:
             start = reader.position
             bind = reader.next_buffered(b"B")
+            describe = reader.position
+            # psycopg describes each portal before executing it: Bind, Describe, Execute.
+            described = bind is not None and reader.next_buffered(b"D") == _DESCRIBE_UNNAMED_PORTAL
+            if bind is not None and not described:
+                reader.rewind(describe)
             execute = reader.next_buffered(b"E") if bind is not None else None
             if bind is None or execute != _EXECUTE_UNNAMED_PORTAL:
                 reader.rewind(start)
@@ -935,9 +945,19 @@ class Connection:
                 reader.rewind(start)  # the loop reads it again and answers as it does
                 return
             self.out += m.BIND_COMPLETE
+            if described:
+                self.out += m.NO_DATA
             queued = Portal(ps, values, msg.result_formats)
             queued.result = StatementResult(tag="INSERT 0 1", rowcount=1)
             self._batch.append(queued)
+
+    def _describes_batch(self, kind: bytes, body: bytes) -> bool:
+        """Whether a message is the Describe of a portal of the batched INSERT (answered
+        NoData: a batched INSERT returns no rows), which leaves the batch open."""
+        if kind != b"D" or body != _DESCRIBE_UNNAMED_PORTAL or not self._batch:
+            return False
+        portal = self.portals.get("")
+        return portal is not None and portal.statement is self._batch[0].statement
 
     @staticmethod
     def _param_oid(ps: PreparedStatement, i: int) -> int:
@@ -954,6 +974,9 @@ class Connection:
         b = m.Body(body)
         kind = b.byte()
         name = b.cstring()
+        if kind == b"P" and self._describes_batch(b"D", body):
+            self.out += m.NO_DATA
+            return
         if kind == b"S":
             ps = self._statement(name)
             await self._describe_statement(ps)

@@ -87,17 +87,19 @@ def check_not_null(table: TableCatalog, rows: pa.Table) -> None:
 
 async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk) -> None:
     """Hand a chunk of the table's stored columns to its actors; return once committed
-    (raises if a failure of the table's jobs lost it), or at once when the session
-    defers commits to the protocol's Sync or has ``rw_implicit_flush`` off."""
+    (raises if a failure of the table's jobs lost it). In a pipeline the chunk waits for
+    the protocol's Sync, which hands over all of its writes or, if one of its statements
+    failed, none (``Session.holds_writes``); with ``rw_implicit_flush`` off the statement
+    returns once the chunk is in the current epoch."""
     jobs = frozenset({table.id})
     await session.interruptible(session.ctx.barrier.wait_jobs_ready(jobs))
-    if table.id not in session.ctx.runtime.jobs:
-        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
-    # A recovery from here on drops the rows, also before the wait below has begun.
-    since = session.ctx.barrier.loss_count
-    epoch = session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key))
+    if session.holds_writes:
+        _check_table_alive(session, table)
+        session.hold_write(lambda: session.defer_commit(*_place(session, table, chunk), jobs))
+        return
+    epoch, since = _place(session, table, chunk)
     if session.defer_commits or not session.implicit_flush:
-        session.defer_commit(epoch, jobs, since)  # committed by the next Sync (or FLUSH)
+        session.defer_commit(epoch, since, jobs)  # committed by the next Sync (or FLUSH)
         return
     try:
         await session.interruptible(session.ctx.barrier.commit_writes(epoch, jobs, since=since))
@@ -110,6 +112,19 @@ async def write_chunk(session: Session, table: TableCatalog, chunk: StreamChunk)
                 " commits, unless a failure loses the epoch first (which undoes them)."
             )
         raise
+
+
+def _check_table_alive(session: Session, table: TableCatalog) -> None:
+    if table.id not in session.ctx.runtime.jobs:
+        raise sql_error(UNDEFINED_TABLE, f'table "{table.name}" does not exist')
+
+
+def _place(session: Session, table: TableCatalog, chunk: StreamChunk) -> tuple[int, int]:
+    """Put the chunk into the current epoch: (that epoch, the barrier's loss count, from
+    which on a recovery drops the rows)."""
+    _check_table_alive(session, table)
+    since = session.ctx.barrier.loss_count
+    return session.ctx.runtime.write_dml(table.id, chunk, list(table.dist_key)), since
 
 
 async def insert_rows(session: Session, table: TableCatalog, rows: pa.Table) -> int:
@@ -275,8 +290,8 @@ async def handle_insert(session: Session, stmt: Statement, params: list[object])
 
 def batchable_insert(session: Session, stmt: Statement) -> DmlPlan | None:
     """The plan of an INSERT that runs for many parameter sets as one write
-    (``insert_parameter_sets``): one VALUES row of parameters and plain literals, no
-    RETURNING; else None."""
+    (``insert_parameter_sets``): one VALUES row of parameters and plain literals (either
+    may carry a cast), no RETURNING; else None."""
     ast = stmt.tree
     if not isinstance(ast, exp.Insert) or ast.args.get("returning") or ast.args.get("conflict"):
         return None
@@ -284,7 +299,10 @@ def batchable_insert(session: Session, stmt: Statement) -> DmlPlan | None:
     if not isinstance(source, exp.Values) or len(source.expressions) != 1:
         return None
     if not all(
-        isinstance(item, exp.Parameter | exp.Literal | exp.Null | exp.Boolean)
+        isinstance(
+            item.this if isinstance(item, exp.Cast) else item,
+            exp.Parameter | exp.Literal | exp.Null | exp.Boolean,
+        )
         for item in source.expressions[0].expressions
     ):
         return None
@@ -301,8 +319,10 @@ async def insert_parameter_sets(
     session: Session, stmt: Statement, param_sets: list[list[object]]
 ) -> int | None:
     """Run an INSERT (``batchable_insert``) once per parameter set as one write: the
-    rows of all in one chunk, in one epoch (a driver's ``executemany``, pipelined). None,
-    having written nothing, when some set needs the general path (each then runs alone,
+    rows of all in one chunk, in one epoch (a driver's ``executemany``, pipelined), all
+    or nothing as PostgreSQL's implicit transaction of a pipeline. Values that need
+    DuckDB's casts are evaluated set by set, still into the one write. None, having
+    written nothing, when a set's shape needs the general path (each then runs alone,
     with its own result or error)."""
     plan = batchable_insert(session, stmt)
     if plan is None or any(len(p) != plan.bound.param_count for p in param_sets):
@@ -310,13 +330,34 @@ async def insert_parameter_sets(
     assert plan.literal_rows is not None
     src = plan.literal_rows.build_many(param_sets)
     if src is None:
-        return None
+        rows = await session.run_query(
+            lambda cur: _evaluate_sets(cur, plan, param_sets), light=not plan.bound.reads_data
+        )
+        if rows is None:
+            return None
+        return await insert_rows(session, plan.table, rows)
     rows = typed_rows(plan.table, plan.targets, src)
     if rows is None:
         rows = await session.run_query(
             lambda cur: shape_rows(cur, plan.table, plan.targets, src), light=True
         )
     return await insert_rows(session, plan.table, rows)
+
+
+def _evaluate_sets(
+    cur: duckdb.DuckDBPyConnection, plan: DmlPlan, param_sets: list[list[object]]
+) -> pa.Table | None:
+    """The rows of an INSERT's general plan for each parameter set, as the table's
+    columns (one query per set: each binds its own values); None if a set's width is not
+    the targets' (its own run says why)."""
+    parts = []
+    for params in param_sets:
+        src = cur.sql(plan.bound.sql, params=params or None).to_arrow_table()
+        if src.num_columns != len(plan.targets):
+            return None
+        rows = typed_rows(plan.table, plan.targets, src)
+        parts.append(rows if rows is not None else shape_rows(cur, plan.table, plan.targets, src))
+    return pa.concat_tables(parts)
 
 
 def _width_error(have: int, want: int, node: exp.Expression) -> Exception:

@@ -38,8 +38,19 @@ _INT_RANGES = {
 }
 _EXACT_FLOAT_INT = 1 << 53
 _NO_VALUE = object()
-# An item: the 1-based parameter it takes, or 0 and the literal's value.
-Item = tuple[int, object]
+# An item: the 1-based parameter it takes, or 0 and the literal's value; and the type of
+# a cast written on it (``$1::BIGINT``, as ORMs send), which the value must pass unchanged.
+Item = tuple[int, object, "DataType | None"]
+# Casts that leave a value they accept as it is (a length or precision has rules).
+_IDENTITY_CASTS = {
+    exp.DataType.Type.SMALLINT: SMALLINT,
+    exp.DataType.Type.INT: INTEGER,
+    exp.DataType.Type.BIGINT: BIGINT,
+    exp.DataType.Type.DOUBLE: DOUBLE,
+    exp.DataType.Type.VARCHAR: VARCHAR,
+    exp.DataType.Type.TEXT: TEXT,
+    exp.DataType.Type.BOOLEAN: BOOLEAN,
+}
 
 
 def _accepts(dtype: DataType, value: object) -> bool:
@@ -87,7 +98,7 @@ class LiteralRows:
     @property
     def param_count(self) -> int:
         """The highest parameter number it takes (0: only literals, always built)."""
-        return max((param for row in self.rows for param, _ in row), default=0)
+        return max((param for row in self.rows for param, _, _ in row), default=0)
 
     def build(self, params: Sequence[object]) -> pa.Table | None:
         """The rows as a table (one column per target, typed), or None when some value
@@ -102,8 +113,11 @@ class LiteralRows:
             values = []
             for params in param_sets:
                 for row in self.rows:
-                    param, const = row[i]
-                    values.append(params[param - 1] if param else const)
+                    param, const, cast = row[i]
+                    value = params[param - 1] if param else const
+                    if cast is not None and not _accepts(cast, value):
+                        return None
+                    values.append(value)
             if not all(_accepts(dtype, value) for value in values):
                 return None
             columns.append(pa.array(values, type=arrow_type_of(dtype)))
@@ -122,12 +136,22 @@ def literal_rows_of(
             return None  # the general path says what is wrong
         items: list[Item] = []
         for item in row.expressions:
+            cast = None
+            if isinstance(item, exp.Cast):
+                to = item.args["to"]
+                cast = _IDENTITY_CASTS.get(to.this)
+                if cast is None or to.expressions:
+                    return None
+                item = item.this
             if isinstance(item, exp.Parameter):
-                items.append((int(item.name), None))
+                items.append((int(item.name), None, cast))
                 continue
             value = _literal(item)
-            if value is _NO_VALUE or not _accepts(types[len(items)], value):
+            dtype = types[len(items)]
+            if value is _NO_VALUE or not _accepts(dtype, value):
                 return None
-            items.append((0, value))
+            if cast is not None and not _accepts(cast, value):
+                return None
+            items.append((0, value, None))
         rows.append(tuple(items))
     return LiteralRows(tuple(targets), tuple(types), tuple(rows))
