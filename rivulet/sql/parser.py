@@ -196,6 +196,35 @@ _VALUES_TOKEN = re.compile(
 )
 _KEYWORD_NODES = {"null": exp.Null, "true": lambda: exp.Boolean(this=True),
                   "false": lambda: exp.Boolean(this=False)}  # fmt: skip
+# One item of a row, as one group (the same items as ``_VALUES_TOKEN``'s).
+_ROW_ITEM = (
+    r"\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?(?![\w.])|'[^'\\]*(?:''[^'\\]*)*'"
+    r"|(?:null|true|false)(?!\w))"
+)
+_ROW_PATTERNS: dict[int, re.Pattern[str]] = {}
+
+
+def _row_pattern(width: int) -> re.Pattern[str]:
+    """A whole row of ``width`` items and the "," after it, if any: a long VALUES list
+    is read a row per match once its first row gave the width."""
+    pattern = _ROW_PATTERNS.get(width)
+    if pattern is None:
+        items = r"\s*,".join([_ROW_ITEM] * width)
+        pattern = re.compile(rf"\s*\({items}\s*\)(\s*,)?", re.I)
+        _ROW_PATTERNS[width] = pattern
+    return pattern
+
+
+def _item_node(text: str) -> exp.Expression:
+    """The literal node of an item ``_ROW_ITEM`` matched."""
+    first = text[0]
+    if first == "'":
+        return exp.Literal(this=text[1:-1].replace("''", "'"), is_string=True)
+    if first == "-":
+        return exp.Neg(this=exp.Literal(this=text[1:], is_string=False))
+    if first.isdigit():
+        return exp.Literal(this=text, is_string=False)
+    return _KEYWORD_NODES[text.lower()]()
 
 
 def _scan_literal_insert(sql: str) -> Statement | None:
@@ -211,7 +240,21 @@ def _scan_literal_insert(sql: str) -> Statement | None:
     expect = "row"
     pos = last = head.end()
     match = _VALUES_TOKEN.match
-    while (m := match(sql, pos)) is not None:
+    row_match = None
+    while True:
+        if expect == "row" and row_match is not None:
+            # Rows as wide as the first, a match each; anything else goes token by token.
+            while (r := row_match(sql, pos)) is not None:
+                groups = r.groups()
+                rows.append(exp.Tuple(expressions=[_item_node(g) for g in groups[:-1]]))
+                pos = r.end()
+                if groups[-1] is None:  # no "," after it: the last row
+                    expect, last = "after row", pos
+                    break
+                last = r.start(len(groups))
+        m = match(sql, pos)
+        if m is None:
+            break
         pos = m.end()
         punct = m.group(1)
         if expect == "row":
@@ -235,6 +278,8 @@ def _scan_literal_insert(sql: str) -> Statement | None:
             elif punct == ")":
                 rows.append(exp.Tuple(expressions=items))
                 expect, last = "after row", pos
+                if row_match is None:
+                    row_match = _row_pattern(len(items)).match
             else:
                 return None
         elif punct == ",":  # after a row

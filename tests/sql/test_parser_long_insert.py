@@ -26,7 +26,10 @@ space = st.sampled_from(["", " ", "  ", "\n", "\t "])
 @st.composite
 def long_inserts(draw: st.DrawFn) -> str:
     width = draw(st.integers(1, 4))
-    rows = draw(st.lists(st.lists(items, min_size=width, max_size=width), min_size=1, max_size=5))
+    rows = draw(st.lists(st.lists(items, min_size=width, max_size=width), min_size=1, max_size=6))
+    if draw(st.booleans()):  # a row of another width (read a token at a time)
+        other = draw(st.lists(items, min_size=1, max_size=5))
+        rows.insert(draw(st.integers(0, len(rows))), other)
     sep = draw(space)
     text = f",{sep}".join("(" + f",{draw(space)}".join(r) + ")" for r in rows)
     target = draw(st.sampled_from(["t", 'public."My T"', "t (a, b)", "T(x)"]))
@@ -73,5 +76,6 @@ def test_malformed_lists_end_as_the_parser_ends_them(sql: str) -> None:
 
 def test_a_long_list_takes_the_scanner() -> None:
     sql = "INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}', NULL)" for i in range(2000))
+    sql += ", (1, 'a,b)', -2.5e3), (TRUE, '', false)"
     assert parser._scan_literal_insert(sql) is not None
     assert _parsed(sql, fast=True) == _parsed(sql, fast=False)
