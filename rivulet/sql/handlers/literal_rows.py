@@ -11,7 +11,7 @@ PostgreSQL's result or error for it: this module only ever answers the easy case
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -55,35 +55,43 @@ _IDENTITY_CASTS = {
 
 def _accepts(dtype: DataType, value: object) -> bool:
     """Whether ``value`` is stored as itself in a column of ``dtype`` (no cast rules)."""
-    if value is None:
-        return True
-    kind = type(value)
+    return _acceptor(dtype)(value)
+
+
+def _acceptor(dtype: DataType) -> Callable[[object], bool]:
+    """``_accepts`` for one type, as a function (a long VALUES list asks per item)."""
     if dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
-        return kind is int and low <= value <= high  # type: ignore[operator]
+        return lambda v: v is None or (type(v) is int and low <= v <= high)  # type: ignore[operator]
     if dtype == DOUBLE:
-        return kind is float or (kind is int and -_EXACT_FLOAT_INT < value < _EXACT_FLOAT_INT)  # type: ignore[operator]
+        return lambda v: (
+            v is None
+            or type(v) is float
+            or (type(v) is int and -_EXACT_FLOAT_INT < v < _EXACT_FLOAT_INT)  # type: ignore[operator]
+        )
     if dtype in (VARCHAR, TEXT):
-        return kind is str
+        return lambda v: v is None or type(v) is str
     if dtype == BOOLEAN:
-        return kind is bool
-    return False
+        return lambda v: v is None or type(v) is bool
+    return lambda v: v is None
 
 
 def _literal(node: exp.Expression) -> object:
     """A plain literal's Python value, or ``_NO_VALUE``."""
-    if isinstance(node, exp.Null):
+    kind = type(node)
+    if kind is exp.Literal:
+        args = node.args
+        text = args["this"]
+        if args.get("is_string"):
+            return text
+        return int(text) if text.isdigit() else _NO_VALUE
+    if kind is exp.Null:
         return None
-    if isinstance(node, exp.Boolean):
+    if kind is exp.Boolean:
         return bool(node.this)
-    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal):
+    if kind is exp.Neg and type(node.this) is exp.Literal:
         value = _literal(node.this)
         return -value if type(value) is int else _NO_VALUE  # type: ignore[operator]
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            return node.this
-        if node.this.isdigit():
-            return int(node.this)
     return _NO_VALUE
 
 
@@ -110,16 +118,22 @@ class LiteralRows:
         set: a driver's ``executemany``), or None when some value needs the general path."""
         columns = []
         for i, dtype in enumerate(self.types):
+            accepts = _acceptor(dtype)
+            if not self.param_count:  # literals, checked when read
+                values = [row[i][1] for row in self.rows]
+                columns.append(pa.array(values, type=arrow_type_of(dtype)))
+                continue
             values = []
             for params in param_sets:
                 for row in self.rows:
                     param, const, cast = row[i]
-                    value = params[param - 1] if param else const
-                    if cast is not None and not _accepts(cast, value):
+                    if not param:
+                        values.append(const)
+                        continue
+                    value = params[param - 1]
+                    if not accepts(value) or (cast is not None and not _accepts(cast, value)):
                         return None
                     values.append(value)
-            if not all(_accepts(dtype, value) for value in values):
-                return None
             columns.append(pa.array(values, type=arrow_type_of(dtype)))
         return pa.Table.from_arrays(columns, names=list(self.targets))
 
@@ -130,13 +144,21 @@ def literal_rows_of(
     """The fast form of ``values`` (before its items are wrapped in casts), if it has one."""
     if not all(t in _INT_RANGES or t in (DOUBLE, VARCHAR, TEXT, BOOLEAN) for t in types):
         return None
+    accepts = [_acceptor(t) for t in types]
     rows = []
+    width = len(targets)
     for row in values.expressions:
-        if len(row.expressions) != len(targets):
+        if len(row.expressions) != width:
             return None  # the general path says what is wrong
         items: list[Item] = []
         for item in row.expressions:
             cast = None
+            if type(item) is exp.Literal:  # the common case first
+                value = _literal(item)
+                if value is _NO_VALUE or not accepts[len(items)](value):
+                    return None
+                items.append((0, value, None))
+                continue
             if isinstance(item, exp.Cast):
                 to = item.args["to"]
                 cast = _IDENTITY_CASTS.get(to.this)
@@ -147,8 +169,7 @@ def literal_rows_of(
                 items.append((int(item.name), None, cast))
                 continue
             value = _literal(item)
-            dtype = types[len(items)]
-            if value is _NO_VALUE or not _accepts(dtype, value):
+            if value is _NO_VALUE or not accepts[len(items)](value):
                 return None
             if cast is not None and not _accepts(cast, value):
                 return None
