@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
@@ -35,6 +34,7 @@ from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.parser import Statement, check_identifiers, parse_statements
 from rivulet.sql.result import Notice, RowStream, StatementResult
 from rivulet.sql.session_config import VERSION_STRING, SessionConfig
+from rivulet.sql.statement_cache import StatementCache
 
 T = TypeVar("T")
 
@@ -48,6 +48,8 @@ def _reads_nothing(tree: exp.Expression) -> bool:
 
 
 _PARSE_CACHE_SIZE = 256
+# Of which long texts (``statement_cache.LONG_TEXT_CHARS``).
+_LONG_CACHED = 4
 # Statements at least this long are parsed and bound on a thread, so that the event loop
 # serves other clients meanwhile (a 2 MB statement takes sqlglot seconds); shorter ones
 # inline, where a thread hop would cost more than the work.
@@ -85,9 +87,13 @@ class Session:
         # A pipeline's writes not handed to the dataflow yet (``holds_writes``).
         self._held: list[Callable[[], None]] = []
         self.closed = False
-        self._parse_cache: OrderedDict[str, list[Statement]] = OrderedDict()
-        # Bound queries and planned statements by ``_cache_key``.
-        self._bind_cache: OrderedDict[tuple[object, ...], object] = OrderedDict()
+        self._parse_cache: StatementCache[list[Statement]] = StatementCache(
+            _PARSE_CACHE_SIZE, _LONG_CACHED
+        )
+        # Bound queries and planned statements by ``_cache_key`` (its text second).
+        self._bind_cache: StatementCache[object] = StatementCache(
+            _PARSE_CACHE_SIZE, _LONG_CACHED, text_index=1
+        )
         self._running_cursor: duckdb.DuckDBPyConnection | None = None
         self._cancel_requested = False
         self._cancel_message = CANCEL_USER
@@ -121,9 +127,7 @@ class Session:
         if cached is None:
             self._check_length(sql)
             cached = _parse(sql)
-            self._remember(sql, cached)
-        else:
-            self._parse_cache.move_to_end(sql)
+            self._parse_cache.put(sql, cached)
         return [st.fresh() for st in cached]
 
     async def parse_async(self, sql: str) -> list[Statement]:
@@ -133,13 +137,8 @@ class Session:
         self._check_length(sql)
         loop = asyncio.get_running_loop()
         parsed = await loop.run_in_executor(self.ctx.queries.executor, _parse, sql)
-        self._remember(sql, parsed)
+        self._parse_cache.put(sql, parsed)
         return [st.fresh() for st in parsed]
-
-    def _remember(self, sql: str, parsed: list[Statement]) -> None:
-        self._parse_cache[sql] = parsed
-        if len(self._parse_cache) > _PARSE_CACHE_SIZE:
-            self._parse_cache.popitem(last=False)
 
     def _check_length(self, sql: str) -> None:
         limit = int(self.ctx.params.get("max_statement_bytes"))
@@ -165,11 +164,7 @@ class Session:
         if bound is None:
             bound = Binder(self.bind_context()).bind_query(stmt.ast)
             if not bound.volatile:
-                self._bind_cache[key] = bound
-                if len(self._bind_cache) > _PARSE_CACHE_SIZE:
-                    self._bind_cache.popitem(last=False)
-        else:
-            self._bind_cache.move_to_end(key)
+                self._bind_cache.put(key, bound)
         return bound
 
     async def compile(self, stmt: Statement, fn: Callable[[Statement], T]) -> T:
@@ -225,16 +220,10 @@ class Session:
 
     def cached(self, kind: str, stmt: Statement) -> object | None:
         """What ``cache`` kept for this statement's text, if still valid."""
-        key = self._cache_key(kind, stmt)
-        hit = self._bind_cache.get(key)
-        if hit is not None:
-            self._bind_cache.move_to_end(key)
-        return hit
+        return self._bind_cache.get(self._cache_key(kind, stmt))
 
     def cache(self, kind: str, stmt: Statement, value: object) -> None:
-        self._bind_cache[self._cache_key(kind, stmt)] = value
-        if len(self._bind_cache) > _PARSE_CACHE_SIZE:
-            self._bind_cache.popitem(last=False)
+        self._bind_cache.put(self._cache_key(kind, stmt), value)
 
     def _cache_key(self, kind: str, stmt: Statement) -> tuple[object, ...]:
         # Binding and planning are pure functions of these.
