@@ -6,6 +6,7 @@ that psql can point at the offending token.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 
@@ -201,22 +202,18 @@ _ROW_ITEM = (
     r"\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?(?![\w.])|'[^'\\]*(?:''[^'\\]*)*'"
     r"|(?:null|true|false)(?!\w))"
 )
-_ROW_PATTERNS: dict[int, re.Pattern[str]] = {}
 
 
+@functools.lru_cache(maxsize=64)
 def _row_pattern(width: int) -> re.Pattern[str]:
     """A whole row of ``width`` items and the "," after it, if any: a long VALUES list
     is read a row per match once its first row gave the width."""
-    pattern = _ROW_PATTERNS.get(width)
-    if pattern is None:
-        items = r"\s*,".join([_ROW_ITEM] * width)
-        pattern = re.compile(rf"\s*\({items}\s*\)(\s*,)?", re.I)
-        _ROW_PATTERNS[width] = pattern
-    return pattern
+    items = r"\s*,".join([_ROW_ITEM] * width)
+    return re.compile(rf"\s*\({items}\s*\)(\s*,)?", re.I)
 
 
 def _item_node(text: str) -> exp.Expression:
-    """The literal node of an item ``_ROW_ITEM`` matched."""
+    """The literal node of an item's text (as ``_ROW_ITEM`` or ``_VALUES_TOKEN`` read it)."""
     first = text[0]
     if first == "'":
         return exp.Literal(this=text[1:-1].replace("''", "'"), is_string=True)
@@ -264,13 +261,7 @@ def _scan_literal_insert(sql: str) -> Statement | None:
         elif expect == "item":
             if punct is not None:
                 return None
-            if m.group(3) is not None:
-                number = exp.Literal(this=m.group(3), is_string=False)
-                items.append(exp.Neg(this=number) if m.group(2) else number)
-            elif m.group(4) is not None:
-                items.append(exp.Literal(this=m.group(4).replace("''", "'"), is_string=True))
-            else:
-                items.append(_KEYWORD_NODES[m.group(5).lower()]())
+            items.append(_item_node(m.group(0).lstrip()))
             expect = "after item"
         elif expect == "after item":
             if punct == ",":

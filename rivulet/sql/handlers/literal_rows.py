@@ -11,6 +11,7 @@ PostgreSQL's result or error for it: this module only ever answers the easy case
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -38,28 +39,15 @@ _INT_RANGES = {
 }
 _EXACT_FLOAT_INT = 1 << 53
 _NO_VALUE = object()
-# An item: the 1-based parameter it takes, or 0 and the literal's value; and the type of
-# a cast written on it (``$1::BIGINT``, as ORMs send), which the value must pass unchanged.
-Item = tuple[int, object, "DataType | None"]
-# Casts that leave a value they accept as it is (a length or precision has rules).
-_IDENTITY_CASTS = {
-    exp.DataType.Type.SMALLINT: SMALLINT,
-    exp.DataType.Type.INT: INTEGER,
-    exp.DataType.Type.BIGINT: BIGINT,
-    exp.DataType.Type.DOUBLE: DOUBLE,
-    exp.DataType.Type.VARCHAR: VARCHAR,
-    exp.DataType.Type.TEXT: TEXT,
-    exp.DataType.Type.BOOLEAN: BOOLEAN,
-}
-
-
-def _accepts(dtype: DataType, value: object) -> bool:
-    """Whether ``value`` is stored as itself in a column of ``dtype`` (no cast rules)."""
-    return _acceptor(dtype)(value)
+# An item: the 1-based parameter it takes, or 0 and the literal's value; and, for a
+# parameter with a cast written on it (``$1::BIGINT``, as ORMs send), the check that its
+# value passes the cast unchanged.
+Item = tuple[int, object, "Callable[[object], bool] | None"]
 
 
 def _acceptor(dtype: DataType) -> Callable[[object], bool]:
-    """``_accepts`` for one type, as a function (a long VALUES list asks per item)."""
+    """Whether a value is stored as itself in a column of ``dtype`` (no cast rules), as a
+    function made once per type (a long VALUES list asks per item)."""
     if dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
         return lambda v: v is None or (type(v) is int and low <= v <= high)  # type: ignore[operator]
@@ -74,6 +62,19 @@ def _acceptor(dtype: DataType) -> Callable[[object], bool]:
     if dtype == BOOLEAN:
         return lambda v: v is None or type(v) is bool
     return lambda v: v is None
+
+
+# Casts that leave a value they accept as it is (a length or precision has rules), by
+# sqlglot's type, as the check of what they accept.
+_IDENTITY_CASTS = {
+    exp.DataType.Type.SMALLINT: _acceptor(SMALLINT),
+    exp.DataType.Type.INT: _acceptor(INTEGER),
+    exp.DataType.Type.BIGINT: _acceptor(BIGINT),
+    exp.DataType.Type.DOUBLE: _acceptor(DOUBLE),
+    exp.DataType.Type.VARCHAR: _acceptor(VARCHAR),
+    exp.DataType.Type.TEXT: _acceptor(TEXT),
+    exp.DataType.Type.BOOLEAN: _acceptor(BOOLEAN),
+}
 
 
 def _literal(node: exp.Expression) -> object:
@@ -103,7 +104,7 @@ class LiteralRows:
     types: tuple[DataType, ...]
     rows: tuple[tuple[Item, ...], ...]
 
-    @property
+    @functools.cached_property
     def param_count(self) -> int:
         """The highest parameter number it takes (0: only literals, always built)."""
         return max((param for row in self.rows for param, _, _ in row), default=0)
@@ -131,7 +132,7 @@ class LiteralRows:
                         values.append(const)
                         continue
                     value = params[param - 1]
-                    if not accepts(value) or (cast is not None and not _accepts(cast, value)):
+                    if not accepts(value) or (cast is not None and not cast(value)):
                         return None
                     values.append(value)
             columns.append(pa.array(values, type=arrow_type_of(dtype)))
@@ -171,7 +172,7 @@ def literal_rows_of(
             value = _literal(item)
             if value is _NO_VALUE or not accepts[len(items)](value):
                 return None
-            if cast is not None and not _accepts(cast, value):
+            if cast is not None and not cast(value):
                 return None
             items.append((0, value, None))
         rows.append(tuple(items))
