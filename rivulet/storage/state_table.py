@@ -12,8 +12,9 @@ sealed ones not yet committed, then DuckDB - all vectorized, a chunk of keys at 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import duckdb
@@ -28,11 +29,37 @@ from rivulet.storage.state_store import STATE_SCHEMA
 
 _PRESENT_OPS = (int(Op.INSERT), int(Op.UPDATE_INSERT))
 _registration_names = itertools.count()
+# Which overlay a row came from in ``StateTable.visible`` (0: the newest).
+_LAYER = "__layer"
 
 
 def quote_ident(name: str) -> str:
     """Quote an identifier for DuckDB SQL built by the engine (never splice raw names)."""
     return '"' + name.replace('"', '""') + '"'
+
+
+@contextlib.contextmanager
+def registered(cursor: duckdb.DuckDBPyConnection, *tables: pa.Table) -> Iterator[list[str]]:
+    """Arrow tables as DuckDB relations for the duration of the block: their (unique)
+    names, in order. DuckDB reads them in place; they are unregistered however the block
+    ends, so that a failed statement leaves no relation behind on a shared cursor."""
+    names: list[str] = []
+    try:
+        for table in tables:
+            name = f"__arrow_{next(_registration_names)}"
+            cursor.register(name, table)
+            names.append(name)
+        yield names
+    finally:
+        for name in names:
+            cursor.unregister(name)
+
+
+def matching(left: str, right: str, columns: Sequence[str], *, nulls_equal: bool = True) -> str:
+    """The SQL condition that ``left`` and ``right`` (aliases) agree on ``columns``;
+    ``nulls_equal``: NULL matches NULL (keys of state tables), else never (join keys)."""
+    op = "IS NOT DISTINCT FROM" if nulls_equal else "="
+    return " AND ".join(f"{left}.{quote_ident(c)} {op} {right}.{quote_ident(c)}" for c in columns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,26 +240,123 @@ class StateTable:
                 found.append(hit.filter(present).select(out_cols))
                 remaining = remaining.join(hit.select(key_names), key_names, join_type="left anti")
         if remaining.num_rows:
-            name = f"__lookup_{next(_registration_names)}"
-            cursor.register(name, remaining)
-            try:
+            with registered(cursor, remaining) as (name,):
                 # NULL key parts match NULL, as in the flush (an MV over an outer join).
-                match = " AND ".join(
-                    f"s.{quote_ident(k)} IS NOT DISTINCT FROM r.{quote_ident(k)}"
-                    for k in self.schema.match_names
-                )
+                match = matching("s", "r", self.schema.match_names)
                 found.append(
                     cursor.sql(
                         f"SELECT s.* FROM {self.schema.physical_name} s "
                         f"SEMI JOIN {name} r ON {match}"
                     ).to_arrow_table()
                 )
-            finally:
-                cursor.unregister(name)
         schema = self.arrow_schema()
         if not found:
             return schema.empty_table()
         return pa.concat_tables([t.cast(schema) for t in found])
+
+    @contextlib.contextmanager
+    def visible(
+        self,
+        cursor: duckdb.DuckDBPyConnection,
+        layers: list[pa.Table],
+        *,
+        probe: pa.Table | None = None,
+        on: Sequence[str] = (),
+        nulls_equal: bool = True,
+        committed: bool = True,
+    ) -> Iterator[str]:
+        """The visible rows (``[_vnode, cols...]``) as a DuckDB relation (a parenthesized
+        query) valid inside the block: the committed rows whose key no overlay holds,
+        and the overlays' newest present version of each key. With ``probe``, only rows
+        whose columns ``on`` equal one of its rows' (its columns of those names);
+        ``nulls_equal`` as in ``matching``. ``layers`` come from ``overlay_layers``,
+        taken before the committed table is read; ``committed=False``: the table is not
+        committed yet (a new job's first epoch), so only the overlays count.
+
+        Batched and Arrow in, Arrow out (the caller reads the relation into Arrow): the
+        shape in which another process could serve it."""
+        s = self.schema
+        cols = ", ".join(f"t.{quote_ident(c)}" for c in [VNODE_COLUMN, *s.column_names])
+        overlay = None
+        if layers:
+            schema = layers[0].schema
+            overlay = pa.concat_tables(
+                [
+                    t.cast(schema).append_column(_LAYER, pa.array(np.full(t.num_rows, i, np.int32)))
+                    for i, t in enumerate(layers)
+                ]
+            )
+        elif not committed:  # nothing to read: an empty overlay keeps the relation's shape
+            schema = self.arrow_schema().append(pa.field(OP_COLUMN, pa.int8()))
+            overlay = schema.append(pa.field(_LAYER, pa.int32())).empty_table()
+        tables = [t for t in (overlay, probe) if t is not None]
+        with registered(cursor, *tables) as names:
+            semi = ""
+            if probe is not None:
+                cond = matching("t", "p", on, nulls_equal=nulls_equal)
+                semi = f" SEMI JOIN {names[-1]} p ON {cond}"
+            parts = []
+            with_ov = ""
+            if overlay is not None:
+                # A key's versions all agree on columns of the key: the overlay can be
+                # cut down to the probe's keys before its newest versions are taken.
+                cut = semi if set(on) <= set(s.key_names) else ""
+                newest = ""
+                if len(layers) > 1:
+                    by = ", ".join(f"t.{quote_ident(k)}" for k in s.key_names)
+                    newest = (
+                        f" QUALIFY row_number() OVER (PARTITION BY {by} ORDER BY t.{_LAYER}) = 1"
+                    )
+                with_ov = f"WITH ov AS (SELECT t.* FROM {names[0]} t{cut}{newest}) "
+            if committed:
+                part = f"SELECT {cols} FROM {s.physical_name} t{semi}"
+                if overlay is not None:
+                    part += f" ANTI JOIN ov o ON {matching('t', 'o', s.key_names)}"
+                parts.append(part)
+            if overlay is not None:
+                present = ", ".join(str(op) for op in _PRESENT_OPS)
+                parts.append(f"SELECT {cols} FROM ov t{semi} WHERE t.{OP_COLUMN} IN ({present})")
+            yield "(" + with_ov + " UNION ALL ".join(parts) + ")"
+
+    def read_visible(
+        self,
+        cursor: duckdb.DuckDBPyConnection,
+        layers: list[pa.Table],
+        probe: pa.Table,
+        on: Sequence[str],
+        *,
+        nulls_equal: bool = True,
+    ) -> pa.Table:
+        """``visible``'s rows for ``probe``, read (typed as ``arrow_schema``)."""
+        with self.visible(cursor, layers, probe=probe, on=on, nulls_equal=nulls_equal) as rel:
+            return cursor.sql(f"SELECT * FROM {rel}").to_arrow_table().cast(self.arrow_schema())
+
+    def committed_matches(
+        self, cursor: duckdb.DuckDBPyConnection, probe: pa.Table, select: str = "s.*"
+    ) -> pa.Table:
+        """The committed rows matching ``probe`` on its columns but ``_i`` (NULL matches
+        NULL), joined with the probe's ``_i``: ``select`` from them (``s`` the table).
+        For readers that know no overlay holds those keys (an aggregation's uncached
+        groups). Where the probe has the distribution key, its ``_vnode`` is left out of
+        the match: the vnode follows from the key, and the join is cheaper without it."""
+        keys = [n for n in probe.column_names if n != "_i"]
+        dist = {self.schema.columns[i][0] for i in self.schema.dist_key}
+        if dist and dist <= set(keys) - {VNODE_COLUMN}:
+            keys.remove(VNODE_COLUMN)
+        with registered(cursor, probe) as (name,):
+            return cursor.sql(
+                f"SELECT p._i AS _i, {select} FROM {self.schema.physical_name} s "
+                f"JOIN {name} p ON {matching('s', 'p', keys)}"
+            ).to_arrow_table()
+
+    def exists(self, cursor: duckdb.DuckDBPyConnection) -> bool:
+        """Whether the table is committed (a new job's tables appear with its first
+        commit; until then there is nothing to read)."""
+        rows = cursor.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+            [STATE_SCHEMA, f"t{self.schema.table_id}"],
+        ).fetchall()
+        return bool(rows[0][0])
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of ``[_vnode, cols...]`` as DuckDB returns it."""
@@ -248,21 +372,14 @@ class StateTable:
         self._write(memtable.consolidated(self.schema.key_names), memtable.overwrites, cursor)
 
     def _write(self, table: pa.Table, overwrites: bool, cursor: duckdb.DuckDBPyConnection) -> None:
-        name = f"__flush_{next(_registration_names)}"
-        cursor.register(name, table)
-        try:
+        with registered(cursor, table) as (name,):
             target = self.schema.physical_name
             if overwrites:
-                cond = " AND ".join(
-                    f"{target}.{quote_ident(k)} IS NOT DISTINCT FROM {name}.{quote_ident(k)}"
-                    for k in self.schema.match_names
-                )
+                cond = matching(target, name, self.schema.match_names)
                 cursor.execute(f"DELETE FROM {target} USING {name} WHERE {cond}")
             cols = ", ".join(map(quote_ident, [VNODE_COLUMN, *self.schema.column_names]))
             where = "" if not overwrites else f" WHERE {OP_COLUMN} IN (1, 4)"
             cursor.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {name}{where}")
-        finally:
-            cursor.unregister(name)
 
 
 def flush_sealed(

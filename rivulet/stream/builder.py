@@ -14,17 +14,17 @@ from rivulet.storage.state_table import StateTable
 from rivulet.stream.connectors import ColumnSpec, open_connector
 from rivulet.stream.exchange import Channel
 from rivulet.stream.executor import ActorContext, Executor
+from rivulet.stream.executors.aggregate.hash_agg import HashAggExecutor
+from rivulet.stream.executors.aggregate.simple_agg import SimpleAggExecutor
 from rivulet.stream.executors.backfill import BackfillExecutor
 from rivulet.stream.executors.dml import DmlExecutor, Inbox
 from rivulet.stream.executors.filter import FilterExecutor
-from rivulet.stream.executors.hash_agg import HashAggExecutor
 from rivulet.stream.executors.hash_join import HashJoinExecutor
 from rivulet.stream.executors.hop_window import HopWindowExecutor, interval_micros
 from rivulet.stream.executors.materialize import MaterializeExecutor
 from rivulet.stream.executors.merge import MergeExecutor
 from rivulet.stream.executors.over_window import OverWindowExecutor
 from rivulet.stream.executors.project import ProjectExecutor
-from rivulet.stream.executors.simple_agg import SimpleAggExecutor
 from rivulet.stream.executors.source import SourceExecutor
 from rivulet.stream.executors.stream_scan import StreamScanExecutor
 from rivulet.stream.executors.top_n import TopNExecutor

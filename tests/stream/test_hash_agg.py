@@ -20,8 +20,8 @@ from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
 from rivulet.common.vnode import compute_vnodes
-from rivulet.stream.executors.agg_state import GroupIndex
-from rivulet.stream.executors.hash_agg import HashAggExecutor
+from rivulet.stream.executors.aggregate.group_index import GroupIndex
+from rivulet.stream.executors.aggregate.hash_agg import HashAggExecutor
 from rivulet.stream.plan import HashAggNode
 
 TABLE = (
@@ -317,7 +317,7 @@ def test_value_multisets_follow_their_deltas(kind: str, monkeypatch: pytest.Monk
 
     from rivulet.common.types import BIGINT, VARCHAR
     from rivulet.stream.executor import Field, Schema
-    from rivulet.stream.executors.agg_state import ValueAcc
+    from rivulet.stream.executors.aggregate.value_state import ValueAcc
     from rivulet.stream.plan import AggCall
 
     monkeypatch.setattr(ValueAcc, "COMPACT_MIN", 50)
@@ -394,11 +394,12 @@ def test_a_long_epoch_of_distinct_values_is_summed_up_a_few_times(
 
     from rivulet.common.types import BIGINT
     from rivulet.stream.executor import Field, Schema
-    from rivulet.stream.executors import agg_state
-    from rivulet.stream.executors.agg_state import ChunkContext, ValueAcc
+    from rivulet.stream.executors.aggregate import value_state
+    from rivulet.stream.executors.aggregate.accumulators import ChunkContext
+    from rivulet.stream.executors.aggregate.value_state import ValueAcc
     from rivulet.stream.plan import AggCall
 
-    monkeypatch.setattr(agg_state, "_PENDING_ROWS", 100)
+    monkeypatch.setattr(value_state, "_PENDING_ROWS", 100)
     acc = ValueAcc(0, AggCall("max", (0,), BIGINT), Schema((Field("v", BIGINT),)))
     acc.grow(4)
     sums = 0

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from stream_oracle import sorted_rows, sql_literal
 
 import rivulet
-from rivulet.stream.executors.simple_agg import SimpleAggExecutor
+from rivulet.stream.executors.aggregate.simple_agg import SimpleAggExecutor
 
 TABLE = (
     "CREATE TABLE t (id BIGINT PRIMARY KEY, k INT, a INT, b BIGINT, d DECIMAL(10, 2), "

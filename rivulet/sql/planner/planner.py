@@ -60,6 +60,7 @@ from rivulet.stream.plan import (
     TopNNode,
     UnionNode,
 )
+from rivulet.stream.state_layouts import agg_state_schemas
 
 _SUPPORTED_SHAPES = (
     "Materialized views maintain projections, filters, equi-joins (inner, left, right, full),"
@@ -1101,18 +1102,6 @@ def prune_join_columns(root: PlanNode) -> None:
                 visit(child, set(range(len(child.schema))))
 
     visit(root, set(range(len(root.schema))))
-
-
-def agg_state_schemas(
-    input_schema: Schema, group_key: list[int], aggs: list[AggCall], append_only: bool
-) -> list[StateTableSchema]:
-    """The aggregation's result table (group keys, each aggregate's intermediate state,
-    a row count), then a value table per aggregate that keeps its groups' values
-    (DISTINCT, or min/max/string_agg over an input that deletes): the layout is the
-    executor's (``rivulet.stream.executors.agg_state``)."""
-    from rivulet.stream.executors.agg_state import agg_state_schemas as layout
-
-    return layout(input_schema, group_key, aggs, append_only)
 
 
 def topn_state_schema(node: PlanNode) -> StateTableSchema:

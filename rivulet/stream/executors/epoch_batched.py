@@ -14,7 +14,6 @@ import pyarrow as pa
 from rivulet.common.chunk import StreamChunk
 from rivulet.storage.state_table import StateTable
 from rivulet.stream.executor import Executor
-from rivulet.stream.executors.agg_state import table_exists
 from rivulet.stream.message import Barrier, Message
 
 BATCH_ROWS = 65_536
@@ -43,8 +42,7 @@ class EpochBatchedExecutor(Executor):
     async def _start(self) -> bool:
         """Before the first message: is there committed state (a rebuilt actor)?"""
         self._started = True
-        schema = self.state.schema
-        exists = await self.ctx.run_blocking(lambda cur: table_exists(cur, schema))
+        exists = await self.ctx.run_blocking(self.state.exists)
         self.may_have_state = exists
         self.state_found(exists)
         return exists

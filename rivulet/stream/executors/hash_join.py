@@ -30,7 +30,6 @@ and leave the join as NULL, so that a bid-auction join does not store whole bids
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -40,8 +39,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rivulet.common.chunk import OP_COLUMN, Op, StreamChunk
-from rivulet.storage.state_table import StateTable, quote_ident
+from rivulet.common.chunk import Op, StreamChunk
+from rivulet.storage.state_table import StateTable
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.two_input import LEFT, RIGHT, aligned
 from rivulet.stream.expression import ExprSet, evaluate_predicate
@@ -56,8 +55,6 @@ CACHE_MAX_KEYS = 1_000_000
 
 _LI = "__li"  # row index in the chunk
 _RI = "__ri"  # row index in the cache
-_LAYER = "__layer"
-_registration_names = itertools.count()
 
 
 # ------------------------------------------------------------------ key frames
@@ -494,51 +491,15 @@ class HashJoinExecutor(Executor):
         keys = pa.Table.from_arrays(
             [rep.column(f"c{k}") for k in s.key], names=[f"c{k}" for k in o.key]
         )
-        o.append_rows(self._lookup(o, keys, distinct.select(s.key_names), cur))
+        o.append_rows(self._lookup(o, keys, cur))
         o.mark_loaded(distinct.select(s.key_names))
 
-    def _lookup(
-        self, o: _Side, keys: pa.Table, norm_keys: pl.DataFrame, cur: duckdb.DuckDBPyConnection
-    ) -> pa.Table:
-        """Every visible row of side ``o`` with one of the join keys: this epoch's and
-        uncommitted epochs' overlays (newest first), then the committed table."""
+    def _lookup(self, o: _Side, keys: pa.Table, cur: duckdb.DuckDBPyConnection) -> pa.Table:
+        """Every visible row of side ``o`` with one of the join keys (``keys``, named as
+        ``o``'s columns): this epoch's and uncommitted epochs' overlays over the committed
+        table. A NULL key matches nothing."""
         layers = o.state.overlay_layers()
-        hits: list[pa.Table] = []
-        for i, layer in enumerate(layers):
-            frame = o.keys_of(layer).with_columns(
-                pl.Series(_RI, np.arange(layer.num_rows, dtype=np.int64))
-            )
-            found = frame.join(norm_keys, on=o.key_names, how="semi")
-            if found.height:
-                hit = layer.take(pa.array(_indices(found, _RI)))
-                hits.append(hit.append_column(_LAYER, pa.array(np.full(hit.num_rows, i))))
-        name = f"__join_keys_{next(_registration_names)}"
-        cur.register(name, keys)
-        try:
-            on = " AND ".join(f"s.{quote_ident(c)} = k.{quote_ident(c)}" for c in keys.column_names)
-            committed = cur.sql(
-                f"SELECT s.* FROM {o.state.schema.physical_name} s SEMI JOIN {name} k ON {on}"
-            ).to_arrow_table()
-        finally:
-            cur.unregister(name)
-        committed = committed.cast(o.state_arrow)
-        if not hits:
-            return committed
-        committed = committed.append_column(
-            OP_COLUMN, pa.array(np.full(committed.num_rows, Op.INSERT, np.int8))
-        ).append_column(_LAYER, pa.array(np.full(committed.num_rows, len(layers))))
-        every = pa.concat_tables([h.cast(committed.schema) for h in hits] + [committed])
-        # Each key's newest version, if it is present.
-        frame = o.pk_frame(every, 0).with_columns(
-            pl.Series(_LAYER, every.column(_LAYER).to_numpy())
-        )
-        newest = frame.sort(_LAYER, maintain_order=True).unique(
-            subset=o.pk_names, keep="first", maintain_order=True
-        )
-        rows = every.take(pa.array(np.sort(_indices(newest, _RI))))
-        ops = rows.column(OP_COLUMN).to_numpy()
-        rows = rows.filter(pa.array((ops == Op.INSERT) | (ops == Op.UPDATE_INSERT)))
-        return rows.drop_columns([OP_COLUMN, _LAYER])
+        return o.state.read_visible(cur, layers, keys, keys.column_names, nulls_equal=False)
 
 
 __all__ = ["CACHE_MAX_BYTES", "CACHE_MAX_KEYS", "DEGREE_COLUMN", "HashJoinExecutor"]

@@ -32,17 +32,16 @@ reschedule reads state only once the epoch of its first barrier is committed.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from rivulet.common.chunk import OP_COLUMN, VNODE_COLUMN, Op, StreamChunk
-from rivulet.storage.state_table import StateTable, last_per_key, quote_ident
+from rivulet.common.chunk import VNODE_COLUMN, Op, StreamChunk
+from rivulet.common.columns import differs
+from rivulet.storage.state_table import StateTable, quote_ident, registered
 from rivulet.stream.executor import ActorContext, Executor, Schema
-from rivulet.stream.executors.agg_state import _differs, table_exists
 from rivulet.stream.executors.epoch_batched import BATCH_ROWS, EpochBatchedExecutor
 from rivulet.stream.executors.top_n import key_ids
 from rivulet.stream.expression import ExprSet, count_errors
@@ -51,7 +50,6 @@ from rivulet.stream.message import Barrier
 # The cache is dropped at a barrier above this many rows (it refills lazily from state).
 CACHE_MAX_ROWS = 1_000_000
 # Input rows applied together at most (an epoch's chunks are applied at its barrier).
-_names = itertools.count()
 
 
 class OverWindowExecutor(EpochBatchedExecutor):
@@ -175,62 +173,22 @@ class OverWindowExecutor(EpochBatchedExecutor):
         committed rows overridden by this actor's uncommitted writes."""
         layers = self.state.overlay_layers()  # before reading DuckDB: see StateTable.lookup
         if not self._table_committed:
-            self._table_committed = table_exists(cur, self.state.schema)
-        s = self.state.schema
-        cols_sql = ", ".join(map(quote_ident, [VNODE_COLUMN, *s.column_names]))
-        registered: list[str] = []
-        try:
-            sources = []
-            if self._table_committed:
-                sources.append(f"SELECT {cols_sql} FROM {s.physical_name} t")
-            if layers:
-                ov = pa.concat_tables([layer.cast(layers[-1].schema) for layer in reversed(layers)])
-                ov = last_per_key(ov, s.key_names)
-                ov_name = f"__ow_ov_{next(_names)}"
-                cur.register(ov_name, ov)
-                registered.append(ov_name)
-                if sources:
-                    cond = " AND ".join(
-                        f"t.{quote_ident(k)} IS NOT DISTINCT FROM o.{quote_ident(k)}"
-                        for k in s.key_names
-                    )
-                    sources = [
-                        f"SELECT {cols_sql} FROM {s.physical_name} t ANTI JOIN {ov_name} o "
-                        f"ON {cond}"
-                    ]
-                sources.append(
-                    f"SELECT {cols_sql} FROM {ov_name} WHERE {OP_COLUMN} IN "
-                    f"({int(Op.INSERT)}, {int(Op.UPDATE_INSERT)})"
-                )
-            if not sources:
-                return self.cache_arrow.empty_table()
-            visible = " UNION ALL ".join(sources)
-            select = ", ".join(map(quote_ident, s.column_names))
-            rows_sql = f"SELECT {select} FROM ({visible}) v"
-            if groups is not None:
-                req = f"__ow_req_{next(_names)}"
-                cur.register(req, groups)
-                registered.append(req)
-                cond = " AND ".join(
-                    f"v.{quote_ident(g)} IS NOT DISTINCT FROM r.{quote_ident(g)}" for g in self.part
-                )
-                rows_sql += f" SEMI JOIN {req} r ON {cond}"
-            return self._run(cur, rows_sql)
-        finally:
-            for name in registered:
-                cur.unregister(name)
+            self._table_committed = self.state.exists(cur)
+        if not self._table_committed and not layers:
+            return self.cache_arrow.empty_table()
+        select = ", ".join(map(quote_ident, self.state.schema.column_names))
+        with self.state.visible(
+            cur, layers, probe=groups, on=self.part, committed=self._table_committed
+        ) as visible:
+            return self._run(cur, f"SELECT {select} FROM {visible} v")
 
     # ---------------------------------------------------------------- computing
     def _compute(self, rows: pa.Table, cur: duckdb.DuckDBPyConnection) -> pa.Table:
         """``rows`` (input columns) with every window call's value, in one statement."""
         if rows.num_rows == 0:
             return self.cache_arrow.empty_table()
-        name = f"__ow_rows_{next(_names)}"
-        cur.register(name, rows)
-        try:
+        with registered(cur, rows) as (name,):
             return self._run(cur, f"SELECT * FROM {name}")
-        finally:
-            cur.unregister(name)
 
     def _run(self, cur: duckdb.DuckDBPyConnection, rows_sql: str) -> pa.Table:
         """The window calls over ``rows_sql`` (its safe forms if the strict ones fail)."""
@@ -277,7 +235,7 @@ class OverWindowExecutor(EpochBatchedExecutor):
             for name in self.cache_arrow.names:
                 a = old_kept.column(name).combine_chunks()
                 b = new_kept.column(name).combine_chunks()
-                changed |= _differs(a, b)
+                changed |= differs(a, b)
             idx = np.flatnonzero(changed)
             if len(idx):
                 n = len(idx)

@@ -37,7 +37,6 @@ caches every group it writes); a rebuilt one reads state once its first epoch co
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Awaitable, Callable, Sequence
 
 import duckdb
@@ -45,8 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rivulet.common.chunk import OP_COLUMN, VNODE_COLUMN, Op, StreamChunk
-from rivulet.storage.state_table import StateTable, last_per_key, quote_ident
+from rivulet.common.chunk import VNODE_COLUMN, Op, StreamChunk
+from rivulet.storage.state_table import StateTable, quote_ident
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.epoch_batched import EpochBatchedExecutor
 
@@ -59,7 +58,6 @@ _RANK = "__rank"
 # Reloads read this many rows beyond offset + limit (at least), to absorb deletes.
 MIN_SPARE_ROWS = 64
 # Input rows applied together at most (an epoch's chunks are applied at its barrier).
-_names = itertools.count()
 
 
 def key_ids(parts: Sequence[pa.Table], cols: Sequence[str]) -> list[np.ndarray]:
@@ -221,52 +219,21 @@ class TopNExecutor(EpochBatchedExecutor):
         """The first ``capacity`` rows of each group from the state table (committed rows
         overridden by this actor's uncommitted writes), sorted, groups contiguous."""
         layers = self.state.overlay_layers()  # before reading DuckDB: see StateTable.lookup
-        s = self.state.schema
-        stored = [VNODE_COLUMN, *s.column_names]
-        cols_sql = ", ".join(map(quote_ident, stored))
-        registered: list[str] = []
-        try:
-            sources = [f"SELECT {cols_sql} FROM {s.physical_name} t"]
-            if layers:
-                ov = pa.concat_tables([layer.cast(layers[-1].schema) for layer in reversed(layers)])
-                ov = last_per_key(ov, s.key_names)
-                ov_name = f"__topn_ov_{next(_names)}"
-                cur.register(ov_name, ov)
-                registered.append(ov_name)
-                cond = " AND ".join(
-                    f"t.{quote_ident(k)} IS NOT DISTINCT FROM o.{quote_ident(k)}"
-                    for k in s.key_names
-                )
-                sources = [
-                    f"SELECT {cols_sql} FROM {s.physical_name} t ANTI JOIN {ov_name} o ON {cond}",
-                    f"SELECT {cols_sql} FROM {ov_name} WHERE {OP_COLUMN} IN "
-                    f"({int(Op.INSERT)}, {int(Op.UPDATE_INSERT)})",
-                ]
-            visible = " UNION ALL ".join(sources)
-            select = ", ".join(map(quote_ident, s.column_names))
+        select = ", ".join(map(quote_ident, self.state.schema.column_names))
+        probe = None if self.synthetic_group else groups
+        with self.state.visible(cur, layers, probe=probe, on=self.gcols) as visible:
+            sql = f"SELECT {select} FROM {visible} v"
             if self.synthetic_group:
-                sql = f"SELECT {select} FROM ({visible}) v ORDER BY {self._order_sql()}"
+                sql += f" ORDER BY {self._order_sql()}"
                 if self.capacity is not None:
                     sql += f" LIMIT {self.capacity}"
-            else:
-                req = f"__topn_req_{next(_names)}"
-                cur.register(req, groups)
-                registered.append(req)
-                cond = " AND ".join(
-                    f"v.{quote_ident(g)} IS NOT DISTINCT FROM r.{quote_ident(g)}"
-                    for g in self.gcols
+            elif self.capacity is not None:
+                part = ", ".join(map(quote_ident, self.gcols))
+                sql += (
+                    f" QUALIFY row_number() OVER (PARTITION BY {part} "
+                    f"ORDER BY {self._order_sql()}) <= {self.capacity}"
                 )
-                sql = f"SELECT {select} FROM ({visible}) v SEMI JOIN {req} r ON {cond}"
-                if self.capacity is not None:
-                    part = ", ".join(map(quote_ident, self.gcols))
-                    sql += (
-                        f" QUALIFY row_number() OVER (PARTITION BY {part} "
-                        f"ORDER BY {self._order_sql()}) <= {self.capacity}"
-                    )
             rows = self._rows(cur.sql(sql).to_arrow_table())
-        finally:
-            for name in registered:
-                cur.unregister(name)
         (gid,) = key_ids([rows], self.gcols)
         return rows.take(pa.array(self._sort(rows, gid)))
 

@@ -8,7 +8,7 @@ single actor (the planner puts a simple exchange in front of it).
 
 from __future__ import annotations
 
-from rivulet.stream.executors.hash_agg import HashAggExecutor
+from rivulet.stream.executors.aggregate.hash_agg import HashAggExecutor
 
 
 class SimpleAggExecutor(HashAggExecutor):

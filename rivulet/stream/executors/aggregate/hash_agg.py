@@ -1,7 +1,7 @@
 """HashAgg: GROUP BY, maintained incrementally (also DISTINCT, as a group-by without
 aggregates).
 
-Each chunk is folded into the groups' state (``agg_state.AggCore``: one polars group-by
+Each chunk is folded into the groups' state (``aggregate.core.AggCore``: one polars group-by
 per chunk, groups cached in memory in front of the state tables); the output changes are
 emitted once per epoch, at the barrier, for the groups the epoch changed: Insert for a new
 group, an UpdateDelete/UpdateInsert pair for a changed one, Delete for a group whose last
@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from rivulet.common.chunk import StreamChunk
 from rivulet.storage.state_table import StateTable
 from rivulet.stream.executor import ActorContext, Executor
-from rivulet.stream.executors.agg_state import AggCore, table_exists
+from rivulet.stream.executors.aggregate.core import AggCore
 from rivulet.stream.message import Message
 from rivulet.stream.plan import HashAggNode
 
@@ -57,8 +57,7 @@ class HashAggExecutor(Executor):
         """Before the first message: does the state exist already (a rebuilt actor), or
         is this a new job (nothing stored, nothing to read)?"""
         self._started = True
-        schema = self.state_tables[0].schema
-        exists = await self.ctx.run_blocking(lambda cur: table_exists(cur, schema))
+        exists = await self.ctx.run_blocking(self.state_tables[0].exists)
         self.core.may_have_state = exists
         if not exists and self.always_present:
             self.core.ensure_global_row(None)
