@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rivulet.common.chunk import Op, StreamChunk
+from rivulet.common.chunk import StreamChunk
 from rivulet.common.vnode import VNODE_COUNT, compute_vnodes
 from rivulet.stream.message import Barrier, Message
 
@@ -140,15 +140,10 @@ def split_by_vnode(
     """Split a chunk by the output its rows' vnodes map to (None where no row goes)."""
     vnodes = compute_vnodes([chunk.data.column(i) for i in key])
     target = mapping[vnodes]
-    ops = chunk.ops
     # An update whose old and new rows land on different actors becomes delete + insert.
-    pairs = np.flatnonzero(ops[:-1] == Op.UPDATE_DELETE) if len(ops) > 1 else np.array([], int)
-    if len(pairs):
-        moved = pairs[target[pairs] != target[pairs + 1]]
-        if len(moved):
-            ops = ops.copy()
-            ops[moved] = Op.DELETE
-            ops[moved + 1] = Op.INSERT
+    pairs = chunk.update_pairs()
+    chunk = chunk.unpair(pairs[target[pairs] != target[pairs + 1]])
+    ops = chunk.ops
     out: list[StreamChunk | None] = []
     order = np.argsort(target, kind="stable")
     bounds = np.searchsorted(target[order], np.arange(parts + 1))

@@ -531,24 +531,16 @@ async def _write_update(session: Session, table: TableCatalog, old: pa.Table, ne
         return 0
     old = old.drop_columns([VNODE_COLUMN])
     new = new.cast(old.schema)
-    both = pa.concat_tables([old, new])
     keys = [table.columns[i].name for i in table.pk]
     same_key = all(old.column(k).equals(new.column(k)) for k in keys)
     if same_key:
-        # Each old row directly followed by its new row: UpdateDelete/UpdateInsert pairs.
-        order = np.empty(2 * n, dtype=np.int64)
-        order[0::2] = np.arange(n)
-        order[1::2] = np.arange(n, 2 * n)
-        ops = np.empty(2 * n, dtype=np.int8)
-        ops[0::2] = Op.UPDATE_DELETE
-        ops[1::2] = Op.UPDATE_INSERT
-        chunk = StreamChunk(both.take(pa.array(order)), ops)
+        chunk = StreamChunk.updates(old, new)
     else:
         # Keys move (``SET id = id + 1``): every old key goes before any new key arrives.
         ops = np.concatenate(
             [np.full(n, Op.DELETE, dtype=np.int8), np.full(n, Op.INSERT, dtype=np.int8)]
         )
-        chunk = StreamChunk(both, ops)
+        chunk = StreamChunk(pa.concat_tables([old, new]), ops)
     await write_chunk(session, table, chunk)
     return n
 

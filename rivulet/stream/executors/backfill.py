@@ -136,25 +136,6 @@ def lex_le(cols: list[pa.Array], bounds: list[pa.Array]) -> np.ndarray:
     return le | eq
 
 
-def filter_ops(ops: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """The ops of the kept rows, an update pair cut in two made Delete / Insert (each
-    half is a change of its own)."""
-    ops = np.asarray(ops)
-    n = len(ops)
-    ud = ops == Op.UPDATE_DELETE
-    ui = ops == Op.UPDATE_INSERT
-    partner_after = np.zeros(n, dtype=bool)
-    partner_before = np.zeros(n, dtype=bool)
-    if n > 1:
-        pair = ud[:-1] & ui[1:] & keep[:-1] & keep[1:]
-        partner_after[:-1] = pair
-        partner_before[1:] = pair
-    out = ops.copy()
-    out[ud & ~partner_after] = Op.DELETE
-    out[ui & ~partner_before] = Op.INSERT
-    return out[keep]
-
-
 class VnodeProgress:
     """Per-vnode backfill progress in memory (arrays over the 256 vnodes)."""
 
@@ -319,8 +300,8 @@ class BackfillExecutor(Executor):
             return self._project(chunk.data, chunk.ops)
         if not keep.any():
             return None
-        ops = filter_ops(chunk.ops, keep)
-        return self._project(chunk.data.filter(pa.array(keep)), ops)
+        kept = chunk.take(keep)
+        return self._project(kept.data, kept.ops)
 
     def _project(self, data: pa.Table, ops: np.ndarray) -> StreamChunk:
         out = data.select(self.columns).rename_columns(self.schema.names)
@@ -636,8 +617,11 @@ class BackfillExecutor(Executor):
 
     def _log_chunks(self, rows: pa.Table, keep: np.ndarray) -> list[StreamChunk]:
         """Logged rows (``[_vnode, seq, op, c0..]``) as output changes (only ``keep``)."""
-        ops = filter_ops(np.asarray(rows.column(_OP).to_numpy(), dtype=np.int8), keep)
-        data = rows.filter(pa.array(keep)).select(list(range(3, rows.num_columns)))
+        logged = StreamChunk(
+            rows.select(list(range(3, rows.num_columns))),
+            np.asarray(rows.column(_OP).to_numpy(), dtype=np.int8),
+        ).take(keep)
+        data, ops = logged.data, logged.ops
         out = []
         for off in range(0, data.num_rows, EMIT_CHUNK_ROWS):
             part = data.slice(off, EMIT_CHUNK_ROWS)

@@ -1,37 +1,17 @@
 """Filter: keeps the rows whose predicate is true.
 
 An UpdateDelete/UpdateInsert pair of which only one side passes becomes a lone Delete or
-Insert, so that downstream never sees half a pair.
+Insert (``StreamChunk.take``), so that downstream never sees half a pair.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import numpy as np
-import pyarrow as pa
-
-from rivulet.common.chunk import Op, StreamChunk
+from rivulet.common.chunk import StreamChunk
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.expression import ExprSet, evaluate_predicate
 from rivulet.stream.message import Message
-
-
-def filter_chunk(chunk: StreamChunk, mask: np.ndarray) -> StreamChunk:
-    """The rows of ``chunk`` where ``mask`` holds, with split update pairs repaired."""
-    ops = chunk.ops
-    pairs = np.flatnonzero(ops[:-1] == Op.UPDATE_DELETE) if len(ops) > 1 else np.array([], int)
-    if len(pairs):
-        old_only = pairs[mask[pairs] & ~mask[pairs + 1]]
-        new_only = pairs[~mask[pairs] & mask[pairs + 1]]
-        if len(old_only) or len(new_only):
-            ops = ops.copy()
-            ops[old_only] = Op.DELETE
-            ops[new_only + 1] = Op.INSERT
-    if mask.all():
-        return StreamChunk(chunk.data, ops)
-    idx = np.flatnonzero(mask)
-    return StreamChunk(chunk.data.take(pa.array(idx)), ops[idx])
 
 
 class FilterExecutor(Executor):
@@ -51,6 +31,6 @@ class FilterExecutor(Executor):
                 lambda cur, m=msg: evaluate_predicate(cur, m.data, self.condition)
             )
             self.ctx.report_row_errors("Filter", errors)
-            out = filter_chunk(msg, mask)
+            out = msg.take(mask)
             if out.num_rows:
                 yield out

@@ -28,7 +28,6 @@ import pyarrow as pa
 
 from rivulet.common.chunk import Op, StreamChunk
 from rivulet.stream.executor import ActorContext, Executor, Schema
-from rivulet.stream.executors.filter import filter_chunk
 from rivulet.stream.message import Message
 
 USECS_PER_DAY = 86_400_000_000
@@ -109,7 +108,7 @@ class HopWindowExecutor(Executor):
         """The windowed copies of a chunk's rows."""
         time = chunk.data.column(self.time_col)
         if time.null_count:
-            chunk = filter_chunk(chunk, np.asarray(time.is_valid().to_numpy(zero_copy_only=False)))
+            chunk = chunk.take(np.asarray(time.is_valid().to_numpy(zero_copy_only=False)))
             time = chunk.data.column(self.time_col)
         n = chunk.num_rows
         if n == 0:
@@ -118,7 +117,7 @@ class HopWindowExecutor(Executor):
         starts = window_starts(self._times(time), self.slide, self.size, self.offset).ravel()
         rows = np.repeat(np.arange(n, dtype=np.int64), units)
         ops = np.repeat(chunk.ops, units)
-        pairs = np.flatnonzero(chunk.ops[:-1] == Op.UPDATE_DELETE) if n > 1 else np.array([], int)
+        pairs = chunk.update_pairs()
         if len(pairs):
             # Both sides of a pair share a group (the UpdateDelete's row); within a group,
             # copies go by window start, then old before new.

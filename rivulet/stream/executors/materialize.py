@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -108,12 +107,4 @@ def _update_pairs(old: pa.Table, new: pa.Table, key_names: list[str]) -> StreamC
     order = [(k, "ascending") for k in key_names]
     old = old.sort_by(order)
     new = new.sort_by(order)
-    n = old.num_rows
-    both = pa.concat_tables([old, new.cast(old.schema)])
-    take = np.empty(2 * n, dtype=np.int64)
-    take[0::2] = np.arange(n)
-    take[1::2] = np.arange(n, 2 * n)
-    ops = np.empty(2 * n, dtype=np.int8)
-    ops[0::2] = Op.UPDATE_DELETE
-    ops[1::2] = Op.UPDATE_INSERT
-    return StreamChunk(both.take(pa.array(take)), ops)
+    return StreamChunk.updates(old, new)

@@ -238,17 +238,8 @@ class OverWindowExecutor(EpochBatchedExecutor):
                 changed |= differs(a, b)
             idx = np.flatnonzero(changed)
             if len(idx):
-                n = len(idx)
-                both = pa.concat_tables(
-                    [old_kept.take(pa.array(idx)), new_kept.take(pa.array(idx))]
-                )
-                take = np.empty(2 * n, dtype=np.int64)
-                take[0::2] = np.arange(n)
-                take[1::2] = np.arange(n, 2 * n)
-                pair_ops = np.empty(2 * n, dtype=np.int8)
-                pair_ops[0::2] = Op.UPDATE_DELETE
-                pair_ops[1::2] = Op.UPDATE_INSERT
-                parts.append(StreamChunk(both.take(pa.array(take)), pair_ops))
+                rows = pa.array(idx)
+                parts.append(StreamChunk.updates(old_kept.take(rows), new_kept.take(rows)))
         added = new.filter(pa.array(~in_old))
         if added.num_rows:
             parts.append(StreamChunk.inserts(added))

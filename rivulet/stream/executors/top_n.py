@@ -416,17 +416,8 @@ class TopNExecutor(EpochBatchedExecutor):
                 same &= np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), bool)
             changed = np.flatnonzero(~same)
             if len(changed):
-                n = len(changed)
-                both = pa.concat_tables(
-                    [old_kept.take(pa.array(changed)), new_kept.take(pa.array(changed))]
-                )
-                take = np.empty(2 * n, dtype=np.int64)
-                take[0::2] = np.arange(n)
-                take[1::2] = np.arange(n, 2 * n)
-                ops = np.empty(2 * n, dtype=np.int8)
-                ops[0::2] = Op.UPDATE_DELETE
-                ops[1::2] = Op.UPDATE_INSERT
-                parts.append(StreamChunk(both.take(pa.array(take)), ops))
+                rows = pa.array(changed)
+                parts.append(StreamChunk.updates(old_kept.take(rows), new_kept.take(rows)))
         added = new.filter(pa.array(~in_old))
         if added.num_rows:
             parts.append(StreamChunk.inserts(added))

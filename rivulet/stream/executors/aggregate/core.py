@@ -312,21 +312,16 @@ class AggCore:
         names = self.output_arrow.names
         old = pa.Table.from_arrays(old_cols, names=names).cast(self.output_arrow)
         new = pa.Table.from_arrays(new_cols, names=names).cast(self.output_arrow)
-        both = pa.concat_tables([old, new])
-        pairs = np.empty(2 * len(updated), dtype=np.int64)
-        pairs[0::2] = updated
-        pairs[1::2] = updated + n
-        take = np.concatenate([deleted, inserted + n, pairs])
-        ops = np.concatenate(
-            [
-                np.full(len(deleted), Op.DELETE, dtype=np.int8),
-                np.full(len(inserted), Op.INSERT, dtype=np.int8),
-                np.tile(
-                    np.array([Op.UPDATE_DELETE, Op.UPDATE_INSERT], dtype=np.int8), len(updated)
-                ),
-            ]
-        )
-        return Output(both.take(pa.array(take)), ops)
+        parts = []
+        if len(deleted):
+            parts.append(StreamChunk.deletes(old.take(pa.array(deleted))))
+        if len(inserted):
+            parts.append(StreamChunk.inserts(new.take(pa.array(inserted))))
+        if len(updated):
+            rows = pa.array(updated)
+            parts.append(StreamChunk.updates(old.take(rows), new.take(rows)))
+        out = StreamChunk.concat(parts)
+        return Output(out.data, out.ops)
 
     def _write_result(
         self,
