@@ -1,7 +1,5 @@
-"""Merge: an actor's input from several upstream actors, with barrier alignment.
-
-Chunks pass as they come. When a barrier arrives on one input, that input is not read
-again until the same barrier has arrived on every input; then the barrier passes once.
+"""Merge: an actor's input from several upstream actors, with barrier alignment
+(``rivulet.stream.barrier_align``) over their channels.
 """
 
 from __future__ import annotations
@@ -10,9 +8,10 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from rivulet.common.chunk import StreamChunk
+from rivulet.stream.barrier_align import BarrierAligner
 from rivulet.stream.exchange import Channel
 from rivulet.stream.executor import ActorContext, Executor, Schema
-from rivulet.stream.message import Barrier, Message
+from rivulet.stream.message import Message
 
 
 class MergeExecutor(Executor):
@@ -30,12 +29,13 @@ class MergeExecutor(Executor):
         arrived = asyncio.Event()
         for channel in self.inputs:
             channel.listener = arrived
-        blocked: dict[int, Barrier] = {}
+        aligner = BarrierAligner(self.ctx.actor_id, len(self.inputs))
         while True:
             took = False
+            passed = None
             # One message per input in turn, in input order (reproducible output order).
             for i, channel in enumerate(self.inputs):
-                if i in blocked:
+                if aligner.is_blocked(i):
                     continue
                 msg = channel.try_recv()
                 if msg is None:
@@ -44,17 +44,9 @@ class MergeExecutor(Executor):
                 if isinstance(msg, StreamChunk):
                     yield msg
                 else:
-                    blocked[i] = msg
-            if len(blocked) == len(self.inputs):
-                barriers = list(blocked.values())
-                epoch = barriers[0].epoch
-                if any(b.epoch != epoch for b in barriers):
-                    raise RuntimeError(
-                        f"barrier misalignment in actor {self.ctx.actor_id}: "
-                        f"{sorted(b.epoch for b in barriers)}"
-                    )
-                blocked.clear()
-                yield barriers[0]
+                    passed = aligner.arrive(i, msg) or passed
+            if passed is not None:
+                yield passed
                 continue
             if not took:
                 # Nothing was yielded since the inputs were looked at, so nothing can have

@@ -9,10 +9,10 @@ merge over all their channels: a single level of alignment, no extra tasks.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from rivulet.common.chunk import StreamChunk
+from rivulet.stream.barrier_align import align
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.merge import MergeExecutor
 from rivulet.stream.message import Barrier, Message
@@ -40,39 +40,6 @@ class UnionExecutor(Executor):
         return self._align_executors()
 
     async def _align_executors(self) -> AsyncIterator[Message]:
-        """Barrier alignment over arbitrary input executors (as MergeExecutor does over
-        channels): an input that delivered a barrier is not read again until all have."""
-        streams = [i.execute().__aiter__() for i in self.inputs]
-        pending: dict[asyncio.Future[Message], int] = {}
-        blocked: dict[int, Barrier] = {}
-
-        def read(i: int) -> None:
-            pending[asyncio.ensure_future(streams[i].__anext__())] = i
-
-        for i in range(len(streams)):
-            read(i)
-        try:
-            while True:
-                done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: pending[t]):
-                    i = pending.pop(task)
-                    msg = task.result()
-                    if isinstance(msg, StreamChunk):
-                        yield msg
-                        read(i)
-                    else:
-                        blocked[i] = msg
-                if len(blocked) == len(streams):
-                    barriers = list(blocked.values())
-                    if any(b.epoch != barriers[0].epoch for b in barriers):
-                        raise RuntimeError(
-                            f"barrier misalignment in actor {self.ctx.actor_id}: "
-                            f"{sorted(b.epoch for b in barriers)}"
-                        )
-                    blocked.clear()
-                    for i in range(len(streams)):
-                        read(i)
-                    yield barriers[0]
-        finally:
-            for task in pending:
-                task.cancel()
+        """Barrier alignment over arbitrary input executors (``barrier_align.align``)."""
+        async for item in align(self.ctx.actor_id, [i.execute() for i in self.inputs]):
+            yield item if isinstance(item, Barrier) else item[1]
