@@ -238,7 +238,11 @@ _META_DDL = [
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.ddl_progress (
         ddl_id INTEGER PRIMARY KEY, ddl_statement VARCHAR NOT NULL,
         create_type VARCHAR NOT NULL, progress VARCHAR NOT NULL,
-        initialized_at TIMESTAMPTZ NOT NULL, backfill_type VARCHAR NOT NULL)""",
+        initialized_at TIMESTAMPTZ NOT NULL, backfill_type VARCHAR NOT NULL,
+        consumed_rows BIGINT, total_rows BIGINT)""",
+    # Stores made before the counts were kept as numbers (restored from them at start).
+    f"ALTER TABLE {META_SCHEMA}.ddl_progress ADD COLUMN IF NOT EXISTS consumed_rows BIGINT",
+    f"ALTER TABLE {META_SCHEMA}.ddl_progress ADD COLUMN IF NOT EXISTS total_rows BIGINT",
     f"""CREATE TABLE IF NOT EXISTS {META_SCHEMA}.workers (
         id INTEGER PRIMARY KEY, host VARCHAR NOT NULL, port INTEGER NOT NULL,
         slots INTEGER NOT NULL)""",

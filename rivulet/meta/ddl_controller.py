@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -674,7 +673,7 @@ class DdlController:
             cur.execute(f"DELETE FROM {META_SCHEMA}.ddl_progress")
             if rows:
                 cur.executemany(
-                    f"INSERT INTO {META_SCHEMA}.ddl_progress VALUES (?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO {META_SCHEMA}.ddl_progress VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [list(r) for r in rows],
                 )
 
@@ -682,15 +681,17 @@ class DdlController:
 
     def progress_rows(self) -> list[tuple[object, ...]]:
         """Creating jobs for SHOW JOBS / rw_ddl_progress: (id, statement, create type,
-        progress text, initialized at, backfill type)."""
+        progress text, initialized at, backfill type, consumed rows, total rows)."""
         rows = []
         for t in self.catalog.all_tables():
             if not t.creating:
                 continue
+            consumed, total, _ = self.backfill.progress(t.id)
             rows.append(
                 (
                     t.id, t.definition, "BACKGROUND" if t.background else "FOREGROUND",
-                    self.progress_text(t.id), t.created_at, t.backfill_type,
+                    progress_text(consumed, total), t.created_at, t.backfill_type,
+                    consumed, total,
                 )
             )  # fmt: skip
         return rows
@@ -698,21 +699,22 @@ class DdlController:
     def progress_text(self, job_id: int) -> str:
         """A creating job's backfill progress, ``p% (consumed/total)``."""
         consumed, total, _ = self.backfill.progress(job_id)
-        pct = 100.0 * consumed / total if total else 0.0
-        return f"{pct:.2f}% ({consumed}/{total})"
+        return progress_text(consumed, total)
 
     def restore_progress(self) -> None:
-        """At start: each creating job's progress as the last checkpoint wrote it (its
-        ``progress_text``), until its rebuilt scans report."""
+        """At start: each creating job's progress as the last checkpoint wrote it, until
+        its rebuilt scans report. (A store from before the counts were kept as numbers
+        has them in the text only: its jobs start from 0 until their scans report.)"""
         rows = (
             self.catalog.store.cursor()
-            .execute(f"SELECT ddl_id, progress FROM {META_SCHEMA}.ddl_progress")
+            .execute(
+                f"SELECT ddl_id, consumed_rows, total_rows FROM {META_SCHEMA}.ddl_progress"
+                " WHERE consumed_rows IS NOT NULL AND total_rows IS NOT NULL"
+            )
             .fetchall()
         )
-        for job_id, text in rows:
-            counts = _PROGRESS_COUNTS.search(text)
-            if counts is not None:
-                self.backfill.restore(job_id, int(counts[1]), int(counts[2]))
+        for job_id, consumed, total in rows:
+            self.backfill.restore(job_id, int(consumed), int(total))
 
     async def add_worker(self, slots: int) -> int:
         """A new worker; jobs whose policy depends on the slots are rescheduled to use it
@@ -872,8 +874,11 @@ def _mirrors_upstream(fragment: object) -> bool:
     )
 
 
-# The counts in a ``progress_text``: ``41.20% (82400/200000)``.
-_PROGRESS_COUNTS = re.compile(r"\((\d+)/(\d+)\)")
+def progress_text(consumed: int, total: int) -> str:
+    """Backfill progress as SHOW JOBS shows it: ``41.20% (82400/200000)``."""
+    pct = 100.0 * consumed / total if total else 0.0
+    return f"{pct:.2f}% ({consumed}/{total})"
+
 
 # Scan types whose creating backfill cannot be rescheduled online (RisingWave's rule for
 # no_shuffle; Rivulet's snapshot scan resumes like arrangement, so it may move).
