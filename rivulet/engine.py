@@ -109,10 +109,11 @@ class Engine:
             # Backfill progress reports and rate limits (before the runtime: its services).
             self.backfill = BackfillProgress()
             self.runtime = StreamRuntime(EngineServices(self))
-            self.ddl = DdlController(self.catalog, self.runtime, self.barrier, self.cluster)
-            self.ddl.backfill = self.backfill
+            self.ddl = DdlController(
+                self.catalog, self.runtime, self.barrier, self.cluster, self.backfill
+            )
             self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
-            self.barrier.epoch_writers.append(self.ddl.progress_writer)
+            self.barrier.epoch_writers.append(self.ddl.progress.writer)
             self.barrier.epoch_writers.append(self.barrier.recovery_log.writer)
             self.barrier.on_failure = self._rebuild_dataflow
             self.barrier.describe_actor = self._describe_actor
@@ -160,7 +161,7 @@ class Engine:
         if self._restart_since is not None:
             self.barrier.record_restart(self._restart_since)
         self.barrier.start()
-        self.ddl.restore_progress()
+        self.ddl.progress.restore()
         # Deferred parallelism targets are applied by this rebuild and recorded at once.
         change = CatalogChange()
         jobs = self.ddl.start_existing(change, self.ddl.pinned_counts())

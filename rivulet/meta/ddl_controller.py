@@ -33,6 +33,7 @@ from rivulet.common.errors import (
 from rivulet.meta.barrier_manager import BarrierManager
 from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
+from rivulet.meta.ddl_progress import CreatingJobsProgress
 from rivulet.meta.fragmenter import fragment_job
 from rivulet.meta.fragments import delete_graph, persist_graph, replace_graph
 from rivulet.storage.state_store import META_SCHEMA, duckdb_text
@@ -121,6 +122,7 @@ class DdlController:
         runtime: StreamRuntime,
         barrier: BarrierManager,
         cluster: Cluster,
+        backfill: BackfillProgress,
     ) -> None:
         self.catalog = catalog
         self.runtime = runtime
@@ -132,8 +134,9 @@ class DdlController:
         # Whether worker changes reschedule adaptive jobs (a system parameter's).
         self.automatic_parallelism: Callable[[], bool] = lambda: True
         # Scan actors' backfill reports and rate limits (the engine's).
-        self.backfill = BackfillProgress()
-        self._progress_shown = True  # clear stale rows at the first commit
+        self.backfill = backfill
+        # Creating jobs' progress, as SHOW JOBS and rw_ddl_progress show it.
+        self.progress = CreatingJobsProgress(catalog, self.backfill)
         # How long a reschedule may wait for its stop barrier before giving up.
         self.reschedule_timeout_s = 60.0
         # Jobs whose backfill is done and that are being rebuilt at their normal policy.
@@ -548,7 +551,7 @@ class DdlController:
                 return
             if progress is not None and loop.time() >= next_report:
                 next_report = loop.time() + progress_interval_s
-                text = self.progress_text(job_id)
+                text = self.progress.text(job_id)
                 if text != last_text:
                     last_text = text
                     progress(f'materialized view "{table.name}" backfill: {text}')
@@ -660,61 +663,6 @@ class DdlController:
                     self.catalog.update_job(dep, change, reconcile_note=None)
                 moves = True
         return moves
-
-    def progress_writer(self) -> Callable[[duckdb.DuckDBPyConnection], None] | None:
-        """rw_ddl_progress's rows, written with each epoch while jobs are creating (and
-        once more when the last one is done)."""
-        rows = self.progress_rows()
-        if not rows and not self._progress_shown:
-            return None
-        self._progress_shown = bool(rows)
-
-        def write(cur: duckdb.DuckDBPyConnection) -> None:
-            cur.execute(f"DELETE FROM {META_SCHEMA}.ddl_progress")
-            if rows:
-                cur.executemany(
-                    f"INSERT INTO {META_SCHEMA}.ddl_progress VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [list(r) for r in rows],
-                )
-
-        return write
-
-    def progress_rows(self) -> list[tuple[object, ...]]:
-        """Creating jobs for SHOW JOBS / rw_ddl_progress: (id, statement, create type,
-        progress text, initialized at, backfill type, consumed rows, total rows)."""
-        rows = []
-        for t in self.catalog.all_tables():
-            if not t.creating:
-                continue
-            consumed, total, _ = self.backfill.progress(t.id)
-            rows.append(
-                (
-                    t.id, t.definition, "BACKGROUND" if t.background else "FOREGROUND",
-                    progress_text(consumed, total), t.created_at, t.backfill_type,
-                    consumed, total,
-                )
-            )  # fmt: skip
-        return rows
-
-    def progress_text(self, job_id: int) -> str:
-        """A creating job's backfill progress, ``p% (consumed/total)``."""
-        consumed, total, _ = self.backfill.progress(job_id)
-        return progress_text(consumed, total)
-
-    def restore_progress(self) -> None:
-        """At start: each creating job's progress as the last checkpoint wrote it, until
-        its rebuilt scans report. (A store from before the counts were kept as numbers
-        has them in the text only: its jobs start from 0 until their scans report.)"""
-        rows = (
-            self.catalog.store.cursor()
-            .execute(
-                f"SELECT ddl_id, consumed_rows, total_rows FROM {META_SCHEMA}.ddl_progress"
-                " WHERE consumed_rows IS NOT NULL AND total_rows IS NOT NULL"
-            )
-            .fetchall()
-        )
-        for job_id, consumed, total in rows:
-            self.backfill.restore(job_id, int(consumed), int(total))
 
     async def add_worker(self, slots: int) -> int:
         """A new worker; jobs whose policy depends on the slots are rescheduled to use it
@@ -872,12 +820,6 @@ def _mirrors_upstream(fragment: object) -> bool:
         isinstance(n, StreamScanNode) and n.mirrors_upstream
         for n in fragment.leaves()  # type: ignore[attr-defined]
     )
-
-
-def progress_text(consumed: int, total: int) -> str:
-    """Backfill progress as SHOW JOBS shows it: ``41.20% (82400/200000)``."""
-    pct = 100.0 * consumed / total if total else 0.0
-    return f"{pct:.2f}% ({consumed}/{total})"
 
 
 # Scan types whose creating backfill cannot be rescheduled online (RisingWave's rule for

@@ -9,7 +9,7 @@ import pyarrow as pa
 from rivulet.common.types import BIGINT, DOUBLE, DataType, arrow_type_of
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.executor import Schema
-from rivulet.stream.plan import AggCall
+from rivulet.stream.plan import AggCall, PlanNode
 
 DISTINCT_AGG_KINDS = ("count_distinct", "sum_distinct", "avg_distinct", "string_agg_distinct")
 # An aggregation result table's count of input rows per group.
@@ -66,3 +66,42 @@ def agg_state_schemas(
             vcols = [*keys, ("v", input_schema[call.args[0]].type), ("_count", BIGINT)]
             tables.append(StateTableSchema(0, tuple(vcols), (*key, len(keys)), key))
     return tables
+
+
+# ----------------------------------------------------------------------- joins
+def join_state_schema(
+    side: PlanNode, key: list[int], degree: bool = False, columns: list[int] | None = None
+) -> StateTableSchema:
+    """A join side's rows keyed by (join key, stream key); id assigned by the fragmenter.
+    ``degree``: the side an outer join preserves also keeps, per row, how many rows of the
+    other side match it (``_degree``), to know when its NULL-padded row comes and goes.
+    ``columns``: the input columns kept (default all; the key and stream key always); each
+    is stored as ``c<its input index>``, which tells the executor which ones it has."""
+    kept = sorted(set(range(len(side.schema)) if columns is None else columns))
+    kept = sorted(set(kept) | set(key) | set(side.stream_key))
+    cols = tuple((f"c{i}", side.schema[i].type) for i in kept)
+    if degree:
+        cols += (("_degree", BIGINT),)
+    position = {c: p for p, c in enumerate(kept)}
+    pk = tuple(position[i] for i in dict.fromkeys([*key, *side.stream_key]))
+    return StateTableSchema(0, cols, pk, tuple(position[i] for i in key))
+
+
+# ------------------------------------------------------- Top-N, scans, sources
+def topn_state_schema(node: PlanNode) -> StateTableSchema:
+    cols = tuple((f"c{i}", f.type) for i, f in enumerate(node.schema))
+    return StateTableSchema(0, cols, tuple(node.stream_key), ())
+
+
+def progress_state_schema(upstream: StateTableSchema) -> StateTableSchema:
+    """A scan's per-vnode backfill progress: the executor's layout."""
+    from rivulet.stream.executors.backfill import progress_state_schema as layout
+
+    return layout(upstream)
+
+
+def source_state_schema() -> StateTableSchema:
+    """Per-split offsets of a source (split id -> offset): the connectors' layout."""
+    from rivulet.stream.connectors import offsets_state_schema
+
+    return offsets_state_schema()

@@ -17,12 +17,12 @@ from stream_oracle import sorted_rows, sql_literal
 import rivulet
 from rivulet.common.chunk import Op, StreamChunk
 from rivulet.common.types import BIGINT, INTEGER
-from rivulet.sql.planner.planner import join_state_schema
 from rivulet.storage.state_table import StateTable
 from rivulet.stream.executor import ActorContext, Executor, Field, Schema
 from rivulet.stream.executors.hash_join import HashJoinExecutor
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import JoinKind, PlanNode
+from rivulet.stream.state_layouts import join_state_schema
 
 TABLES = {
     "a": "CREATE TABLE a (id BIGINT PRIMARY KEY, x INT, y INT)",

@@ -39,7 +39,6 @@ from rivulet.sql.windows import (
     window_spec,
     window_type,
 )
-from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     AggCall,
@@ -60,7 +59,13 @@ from rivulet.stream.plan import (
     TopNNode,
     UnionNode,
 )
-from rivulet.stream.state_layouts import agg_state_schemas
+from rivulet.stream.state_layouts import (
+    agg_state_schemas,
+    join_state_schema,
+    progress_state_schema,
+    source_state_schema,
+    topn_state_schema,
+)
 
 _SUPPORTED_SHAPES = (
     "Materialized views maintain projections, filters, equi-joins (inner, left, right, full),"
@@ -1036,25 +1041,6 @@ def _hidden_name(name: str, taken: list[str]) -> str:
     return candidate
 
 
-# -------------------------------------------------------------- state layouts
-def join_state_schema(
-    side: PlanNode, key: list[int], degree: bool = False, columns: list[int] | None = None
-) -> StateTableSchema:
-    """A join side's rows keyed by (join key, stream key); id assigned by the fragmenter.
-    ``degree``: the side an outer join preserves also keeps, per row, how many rows of the
-    other side match it (``_degree``), to know when its NULL-padded row comes and goes.
-    ``columns``: the input columns kept (default all; the key and stream key always); each
-    is stored as ``c<its input index>``, which tells the executor which ones it has."""
-    kept = sorted(set(range(len(side.schema)) if columns is None else columns))
-    kept = sorted(set(kept) | set(key) | set(side.stream_key))
-    cols = tuple((f"c{i}", side.schema[i].type) for i in kept)
-    if degree:
-        cols += (("_degree", BIGINT),)
-    position = {c: p for p, c in enumerate(kept)}
-    pk = tuple(position[i] for i in dict.fromkeys([*key, *side.stream_key]))
-    return StateTableSchema(0, cols, pk, tuple(position[i] for i in key))
-
-
 _COLUMN_REF = re.compile(r"\bc(\d+)\b")
 
 
@@ -1102,22 +1088,3 @@ def prune_join_columns(root: PlanNode) -> None:
                 visit(child, set(range(len(child.schema))))
 
     visit(root, set(range(len(root.schema))))
-
-
-def topn_state_schema(node: PlanNode) -> StateTableSchema:
-    cols = tuple((f"c{i}", f.type) for i, f in enumerate(node.schema))
-    return StateTableSchema(0, cols, tuple(node.stream_key), ())
-
-
-def progress_state_schema(upstream: StateTableSchema) -> StateTableSchema:
-    """A scan's per-vnode backfill progress: the executor's layout."""
-    from rivulet.stream.executors.backfill import progress_state_schema as layout
-
-    return layout(upstream)
-
-
-def source_state_schema() -> StateTableSchema:
-    """Per-split offsets of a source (split id -> offset): the connectors' layout."""
-    from rivulet.stream.connectors import offsets_state_schema
-
-    return offsets_state_schema()
