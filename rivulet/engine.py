@@ -30,6 +30,7 @@ from rivulet.meta.recovery import ActorInfo
 from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.functions import SIGNAL_BACKEND_FUNCTION
+from rivulet.sql.planner.table import table_plan
 from rivulet.sql.query_pool import QueryPool
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
@@ -110,7 +111,12 @@ class Engine:
             self.backfill = BackfillProgress()
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(
-                self.catalog, self.runtime, self.barrier, self.cluster, self.backfill
+                self.catalog,
+                self.runtime,
+                self.barrier,
+                self.cluster,
+                self.backfill,
+                self._plan_job,
             )
             self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
             self.barrier.epoch_writers.append(self.ddl.progress.writer)
@@ -120,7 +126,6 @@ class Engine:
             self.barrier.domain_of = self._failure_domain
             self.barrier.on_domain_failure = self._rebuild_domain
             self.params.on_change.append(self._apply_system_param)
-            self.ddl.replan = self._replan_materialized_view
             self.ddl.automatic_parallelism = lambda: (
                 self.params.get("disable_automatic_parallelism_control") == "false"
             )
@@ -180,9 +185,13 @@ class Engine:
         elif name == "max_concurrent_queries":
             self.queries.set_limit(int(value))
 
-    def _replan_materialized_view(self, table: TableCatalog) -> PlanNode:
-        """An MV's stream plan, planned again from its definition (restart, recovery)."""
+    def _plan_job(self, table: TableCatalog) -> PlanNode:
+        """A job's stream plan from its catalog entry: a table's from its columns, an
+        MV's planned again from its definition (restart, recovery, reschedule)."""
         from rivulet.sql.handlers.ddl import plan_mv_statement
+
+        if table.kind == "table":
+            return table_plan(table)
 
         session = Session(self.frontend)  # internal: not a client's, not listed
         stmt = session.parse(table.definition)[0]

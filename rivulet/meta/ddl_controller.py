@@ -39,18 +39,12 @@ from rivulet.meta.fragments import delete_graph, persist_graph, replace_graph
 from rivulet.storage.state_store import META_SCHEMA, duckdb_text
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.backfill_tracker import BackfillProgress
-from rivulet.stream.connectors import offsets_state_schema
 from rivulet.stream.exchange import even_mapping
-from rivulet.stream.executor import Field, Schema
 from rivulet.stream.executors.backfill import apply_scan_type
 from rivulet.stream.message import StopActors
 from rivulet.stream.plan import (
-    DmlNode,
-    ExchangeKind,
-    ExchangeNode,
     MaterializeNode,
     PlanNode,
-    SourceNode,
     StreamScanNode,
 )
 from rivulet.stream.runtime import RunningJob, StreamRuntime
@@ -65,53 +59,6 @@ class PlannedMaterializedView:
     root: PlanNode
 
 
-def table_plan(table: TableCatalog) -> PlanNode:
-    """A table's job: its DML inbox into a materialize with overwrite-on-conflict."""
-    schema = Schema(Field(c.name, c.type) for c in table.columns)
-    if table.connector:
-        return _connector_table_plan(table, schema)
-    dml = DmlNode(schema, list(table.pk), table_id=table.id)
-    return MaterializeNode(
-        schema,
-        list(table.pk),
-        inputs=[dml],
-        table_id=table.id,
-        table_name=table.name,
-        conflict="overwrite",
-        state_schema=table.state_schema(),
-        fresh_inserts=table.has_row_id,
-    )
-
-
-def _connector_table_plan(table: TableCatalog, schema: Schema) -> PlanNode:
-    """A table with a connector: the source's rows, hashed by the table's distribution key
-    to the table's actors. Keyed by generated row ids, it only ever appends."""
-    source = SourceNode(
-        schema,
-        list(table.pk),
-        append_only=True,
-        source_id=table.id,
-        source_name=table.name,
-        connector=table.connector or "",
-        options=dict(table.options),
-        state_schema=offsets_state_schema(),
-    )
-    exchange = ExchangeNode(
-        schema, list(table.pk), True, [source], kind=ExchangeKind.HASH, key=list(table.dist_key)
-    )
-    return MaterializeNode(
-        schema,
-        list(table.pk),
-        append_only=table.has_row_id,
-        inputs=[exchange],
-        table_id=table.id,
-        table_name=table.name,
-        conflict="overwrite",
-        state_schema=table.state_schema(),
-        fresh_inserts=table.has_row_id,
-    )
-
-
 log = logging.getLogger(__name__)
 
 
@@ -123,14 +70,16 @@ class DdlController:
         barrier: BarrierManager,
         cluster: Cluster,
         backfill: BackfillProgress,
+        plan_job: Callable[[TableCatalog], PlanNode],
     ) -> None:
         self.catalog = catalog
         self.runtime = runtime
         self.barrier = barrier
         self.cluster = cluster
         self.lock = asyncio.Lock()
-        # Plans an MV again from its definition (set by the engine: planning is SQL's).
-        self.replan: Callable[[TableCatalog], PlanNode] | None = None
+        # A job's stream plan from its catalog entry (the engine's: planning is SQL's): a
+        # table's at creation, every job's when it is built again.
+        self.plan_job = plan_job
         # Whether worker changes reschedule adaptive jobs (a system parameter's).
         self.automatic_parallelism: Callable[[], bool] = lambda: True
         # Scan actors' backfill reports and rate limits (the engine's).
@@ -161,7 +110,7 @@ class DdlController:
                 raise sql_error(DUPLICATE_TABLE, f'relation "{table.name}" already exists')
             change = CatalogChange()
             table = replace(table, id=self.catalog.allocate_id(change))
-            await self._create_job(table, table_plan(table), change)
+            await self._create_job(table, self.plan_job(table), change)
             return True
 
     async def create_source(self, source: TableCatalog, *, if_not_exists: bool = False) -> bool:
@@ -307,11 +256,8 @@ class DdlController:
             if applied is not None:
                 self._note_pin(table, pinned.get(table.id), applied)
             policy = str(pinned[table.id]) if table.id in pinned else table.running_policy
-            if table.kind == "table":
-                root = table_plan(table)
-            else:
-                assert self.replan is not None, "the engine sets the replanner"
-                root = self.replan(table)
+            root = self.plan_job(table)
+            if table.kind != "table":
                 # Scans go on as they were created: a backfill resumes from its persisted
                 # per-vnode progress (once that says done, the scan only forwards); a job
                 # older than scan types only forwards.

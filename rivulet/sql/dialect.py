@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 from sqlglot.dialects.risingwave import RisingWave
+from sqlglot.errors import ParseError
 from sqlglot.parsers.risingwave import RisingWaveParser
 from sqlglot.tokenizer_core import TokenizerCore
 from sqlglot.tokens import TokenType
@@ -74,6 +75,31 @@ class DiscardStatement(RwStatement):
     arg_types = {"this": False}
 
 
+class DeallocateStatement(RwStatement):
+    """``DEALLOCATE [PREPARE] name | ALL`` - ``this`` the statement's name (an identifier),
+    None for ALL."""
+
+    arg_types = {"this": False}
+
+
+class AlterJobSetting(RwStatement):
+    """``ALTER <kind> name SET {PARALLELISM | BACKFILL_PARALLELISM | BACKFILL_RATE_LIMIT}
+    {=|TO} value [DEFERRED]``.
+
+    ``kind`` is the object kind as written (``MATERIALIZED VIEW``), ``this`` the table,
+    ``setting`` the lower-case setting, ``value`` the value's text (quotes removed) or None
+    for a bare DEFAULT.
+    """
+
+    arg_types = {"this": True, "kind": True, "setting": True, "value": False, "deferred": False}
+
+
+class AlterSystem(RwStatement):
+    """``ALTER SYSTEM SET name {=|TO} value | DEFAULT`` - ``value`` None for DEFAULT."""
+
+    arg_types = {"this": True, "value": False}
+
+
 # -------------------------------------------------------------------- parser
 
 
@@ -89,7 +115,12 @@ WORD_STATEMENTS = {
     "DISCARD",
     "RESET",
     "SHOW",
+    "DEALLOCATE",
 }
+
+# ALTER <kind> name SET <setting>: the kinds and settings this dialect parses itself.
+_ALTER_JOB_KINDS = [["MATERIALIZED", "VIEW"], ["TABLE"], ["SINK"], ["INDEX"], ["SOURCE"], ["VIEW"]]
+_ALTER_JOB_SETTINGS = {"PARALLELISM", "BACKFILL_PARALLELISM", "BACKFILL_RATE_LIMIT"}
 
 
 _SHOW_CREATE = [
@@ -109,6 +140,7 @@ class RivuletParser(RisingWaveParser):
         TokenType.BEGIN: lambda self: self._parse_rw_begin(),
         TokenType.COMMIT: lambda self: self._parse_rw_end("commit"),
         TokenType.ROLLBACK: lambda self: self._parse_rw_end("rollback"),
+        TokenType.ALTER: lambda self: self._parse_rw_alter(),
     }
 
     def _parse_file_location(self) -> exp.Expr | None:
@@ -153,6 +185,13 @@ class RivuletParser(RisingWaveParser):
             words.append(self._curr.text)
             self._advance()
         return words
+
+    def _rw_error(self, message: str) -> None:
+        """A syntax error at the current token, or at the end of input when the statement
+        stopped short (as PostgreSQL reports it)."""
+        if not self._curr or self._curr.token_type == TokenType.SEMICOLON:
+            raise ParseError.new(message, description=message, highlight="")
+        self.raise_error(message)
 
     def _rw_expect_end(self) -> None:
         if self._curr and self._curr.token_type != TokenType.SEMICOLON:
@@ -309,6 +348,78 @@ class RivuletParser(RisingWaveParser):
     def _parse_rw_discard(self) -> exp.Expr:
         words = self._rw_words()
         return self.expression(DiscardStatement(this=" ".join(words).lower()))
+
+    def _parse_rw_deallocate(self) -> exp.Expr:
+        self._match_text_seq("PREPARE")
+        name = None if self._match(TokenType.ALL) else self._parse_id_var(any_token=True)
+        if name is None and self._prev.token_type != TokenType.ALL:
+            self._rw_error("DEALLOCATE needs a prepared statement's name or ALL")
+        self._rw_expect_end()
+        return self.expression(DeallocateStatement(this=name))
+
+    def _parse_rw_alter(self) -> exp.Expr:
+        """ALTER SYSTEM and ALTER ... SET <job setting>; any other ALTER is sqlglot's."""
+        start = self._index
+        if self._match_text_seq("SYSTEM"):
+            return self._parse_rw_alter_system()
+        kind = next((k for k in _ALTER_JOB_KINDS if self._match_text_seq(*k)), None)
+        table = self._parse_table_parts() if kind else None
+        nxt = self._next
+        if (
+            table is None
+            or not self._match(TokenType.SET, advance=False)
+            or not nxt
+            or nxt.text.upper() not in _ALTER_JOB_SETTINGS
+        ):
+            self._retreat(start)
+            return self._parse_alter()
+        self._advance(2)
+        setting = self._prev.text.lower()
+        value = self._rw_setting_value(f"SET {setting.upper()}")
+        deferred = bool(self._match_text_seq("DEFERRED"))
+        self._rw_expect_end()
+        return self.expression(
+            AlterJobSetting(
+                this=table,
+                kind=" ".join(kind or []),
+                setting=setting,
+                value=value,
+                deferred=deferred,
+            )
+        )
+
+    def _parse_rw_alter_system(self) -> exp.Expr:
+        if not self._match(TokenType.SET):
+            self._rw_error("expected SET after ALTER SYSTEM")
+        name = self._parse_id_var(any_token=True)
+        if name is None:
+            self._rw_error("ALTER SYSTEM SET needs a parameter's name")
+        parts = [name.name]
+        while self._match(TokenType.DOT):
+            part = self._parse_id_var(any_token=True)
+            parts.append(part.name if part else "")
+        value = self._rw_setting_value("ALTER SYSTEM SET")
+        self._rw_expect_end()
+        return self.expression(AlterSystem(this=".".join(parts), value=value))
+
+    def _rw_setting_value(self, what: str) -> str | None:
+        """``{=|TO} value`` of a SET clause: the value's text (a string's contents, a number
+        with its sign, a word), None for a bare DEFAULT."""
+        if not (self._match(TokenType.EQ) or self._match_text_seq("TO")):
+            self._rw_error(f"expected = or TO after {what}")
+        tok = self._curr
+        if not tok or tok.token_type == TokenType.SEMICOLON:
+            self._rw_error(f"{what} needs a value (a number, a word, a string or DEFAULT)")
+        assert tok is not None
+        self._advance()
+        if tok.token_type == TokenType.STRING:
+            return tok.text
+        if tok.token_type == TokenType.DEFAULT or tok.text.upper() == "DEFAULT":
+            return None
+        if tok.token_type == TokenType.DASH and self._curr:
+            self._advance()
+            return "-" + self._prev.text
+        return tok.text
 
 
 class _DollarParamTokenizerCore(TokenizerCore):

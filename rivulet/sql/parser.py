@@ -138,11 +138,11 @@ def _syntax_error(sql: str, exc: Exception) -> Error:
         desc = err.get("description") or "syntax error"
         if "SENTINEL" in desc:
             return sql_error(SYNTAX_ERROR, "syntax error at end of input", position=len(sql) + 1)
-        pos = _position(sql, err.get("line") or 1, err.get("col") or 1)
         if near:
-            pos = pos - len(near) + 1
+            pos = _position(sql, err.get("line") or 1, err.get("col") or 1) - len(near) + 1
             message = f'syntax error at or near "{near}"'
         else:
+            pos = len(sql) + 1
             message = "syntax error at end of input"
         if desc.startswith("syntax error") or "<Token" in desc or "<class " in desc:
             detail = None  # sqlglot's internals say nothing to users

@@ -161,6 +161,26 @@ def test_prepared_statements(conn: psycopg.Connection, table_name: str) -> None:
     assert cur.fetchone() == (5,)
 
 
+def test_deallocate_names_one_statement(server) -> None:
+    """DEALLOCATE forgets the named statement only; a name is folded to lower case unless
+    quoted; an unknown one is 26000 and, in a transaction, aborts it like any error."""
+    with server.connect(autocommit=True) as c:
+        for name in ("p_one", "P_Two"):
+            c.pgconn.prepare(name.encode(), b"select 1")
+        c.execute("DEALLOCATE P_ONE")  # folded: p_one
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName, match='"p_one"'):
+            c.execute("deallocate p_one")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName, match='"p_two"'):
+            c.execute("DEALLOCATE P_Two")
+        c.execute('DEALLOCATE PREPARE "P_Two" /* quoted: exact */')
+        c.pgconn.prepare(b"p3", b"select 3")
+        assert c.execute("DEALLOCATE ALL").statusmessage == "DEALLOCATE ALL"
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName):
+            c.execute("DEALLOCATE p3")
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute("DEALLOCATE")
+
+
 def test_discard_all_drops_prepared_statements(server) -> None:
     with server.connect(prepare_threshold=0) as c:
         assert c.execute("select %s::int", [1]).fetchone() == (1,)

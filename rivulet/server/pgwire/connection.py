@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import secrets
 import shlex
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+from sqlglot import exp
 
 from rivulet.common.errors import (
     ADMIN_SHUTDOWN,
@@ -40,7 +40,7 @@ from rivulet.server.pgwire.result_rows import ResultRows
 from rivulet.sql import dialect
 from rivulet.sql.handlers.copy import CopyLoader
 from rivulet.sql.parser import Statement
-from rivulet.sql.result import Column, CopyInRequest, Notice, StatementResult
+from rivulet.sql.result import Column, CopyInRequest, Notice, StatementResult, command
 from rivulet.sql.session import CANCEL_CLIENT_GONE
 from rivulet.sql.session_config import VARIABLES
 
@@ -59,12 +59,7 @@ _REFUSAL_TIMEOUT_SECONDS = 5.0
 # away has its statement interrupted (quicker ones finish before a watch would pay off).
 _WATCH_AFTER_SECONDS = 0.05
 
-# Statements whose result columns are only known by running them.
-
-_DEALLOCATE = re.compile(
-    r'^\s*deallocate\s+(?:prepare\s+)?(?:"([^"]+)"|([^\s;]+))\s*;?\s*$', re.IGNORECASE
-)
-# The body of an Execute of the unnamed portal without a row limit.
+# client_min_messages levels, least severe first: a notice is sent when at or above it.
 _MESSAGE_LEVELS = ["debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning"]
 
 
@@ -475,32 +470,29 @@ class Connection(ExtendedProtocol):
         # Executes with no Sync before this Query: their writes go ahead of its own.
         await self._settle_writes()
         self._drop_portal("")
-        dealloc = _DEALLOCATE.match(sql)
-        if dealloc:
-            self._deallocate(dealloc.group(1), dealloc.group(2))
-        else:
-            statements = await self.session.parse_async(sql)
-            if not statements:
-                self.out += m.EMPTY_QUERY
-            for stmt in statements:
-                # Each statement is timed and shown on its own, its rows' sending included.
-                with self.session.running(stmt.text):
-                    ok = await self._run_simple(stmt)
-                if not ok:
-                    break
+        statements = await self.session.parse_async(sql)
+        if not statements:
+            self.out += m.EMPTY_QUERY
+        for stmt in statements:
+            # Each statement is timed and shown on its own, its rows' sending included.
+            with self.session.running(stmt.text):
+                ok = await self._run_simple(stmt)
+            if not ok:
+                break
         self.out += m.READY[self._status()]
 
-    def _deallocate(self, quoted: str | None, bare: str | None) -> None:
-        if bare is not None and bare.lower() == "all":
+    def _deallocate(self, name: exp.Identifier | None) -> StatementResult:
+        """DEALLOCATE: the prepared statements are this connection's (the name as an
+        identifier: folded to lower case unless quoted)."""
+        if name is None:
             self.statements.clear()
-            self.out += m.command_complete("DEALLOCATE ALL")
-            return
-        name = quoted if quoted is not None else (bare or "").lower()
-        if self.statements.pop(name, None) is None:
+            return command("DEALLOCATE ALL")
+        key = name.name if name.quoted else name.name.lower()
+        if self.statements.pop(key, None) is None:
             raise sql_error(
-                INVALID_PREPARED_STATEMENT, f'prepared statement "{name}" does not exist'
+                INVALID_PREPARED_STATEMENT, f'prepared statement "{key}" does not exist'
             )
-        self.out += m.command_complete("DEALLOCATE")
+        return command("DEALLOCATE")
 
     def _check_not_aborted(self, stmt: Statement | None) -> None:
         if self.transaction_failed and not _is_transaction_end(stmt):
@@ -512,6 +504,8 @@ class Connection(ExtendedProtocol):
     async def _run_statement(self, stmt: Statement, params: list[object]) -> StatementResult:
         assert self.session is not None
         self._check_not_aborted(stmt)
+        if isinstance(stmt.tree, dialect.DeallocateStatement):
+            return self._deallocate(stmt.tree.this)
         was_failed = self.transaction_failed
         # While a statement runs nothing reads the socket: past a moment, watch it, so
         # that a client that went away has its statement interrupted (its DuckDB query

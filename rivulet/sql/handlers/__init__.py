@@ -27,6 +27,8 @@ _HANDLERS: list[tuple[type[exp.Expression], Handler]] = [
     (exp.Create, ddl.handle_create),
     (exp.Drop, ddl.handle_drop),
     (exp.Alter, alter.handle_alter),
+    (dialect.AlterJobSetting, alter.handle_alter),
+    (dialect.AlterSystem, alter.handle_alter),
     (exp.Copy, copy.handle_copy),
     (exp.Describe, show.handle_describe),
     (dialect.ShowStatement, show.handle_show),
@@ -34,6 +36,7 @@ _HANDLERS: list[tuple[type[exp.Expression], Handler]] = [
     (dialect.ResetVariable, session_statements.handle_reset),
     (dialect.TransactionStatement, session_statements.handle_transaction),
     (dialect.DiscardStatement, session_statements.handle_discard),
+    (dialect.DeallocateStatement, session_statements.handle_deallocate),
     (dialect.FlushStatement, misc.handle_flush),
     (dialect.WaitStatement, misc.handle_wait),
     (dialect.RecoverStatement, misc.handle_recover),
@@ -43,6 +46,7 @@ _HANDLERS: list[tuple[type[exp.Expression], Handler]] = [
 ]
 
 _WRITES = (exp.Insert, exp.Update, exp.Delete, exp.Copy)
+_ALTERS = (exp.Alter, dialect.AlterJobSetting, dialect.AlterSystem)
 
 
 async def dispatch(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
@@ -56,7 +60,7 @@ async def dispatch(session: Session, stmt: Statement, params: list[object]) -> S
     if (
         session.in_transaction
         and session.transaction_read_only
-        and isinstance(ast, (*_WRITES, exp.Create, exp.Drop, exp.Alter))
+        and isinstance(ast, (*_WRITES, exp.Create, exp.Drop, *_ALTERS))
     ):
         raise sql_error(
             "25006",

@@ -1,9 +1,9 @@
-"""ALTER statements: ALTER SYSTEM SET (system parameters), ALTER ... SET PARALLELISM
-(rescheduling a job); the rest are refused by name."""
+"""ALTER statements: ALTER SYSTEM SET (system parameters), ALTER ... SET PARALLELISM |
+BACKFILL_PARALLELISM | BACKFILL_RATE_LIMIT (rescheduling a job); the rest are refused by
+name. The dialect parses each into its own node."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -11,13 +11,13 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from rivulet.common.errors import (
     FEATURE_NOT_SUPPORTED,
-    SYNTAX_ERROR,
     UNDEFINED_TABLE,
     WRONG_OBJECT_TYPE,
     sql_error,
 )
 from rivulet.meta.catalog import CatalogChange, TableCatalog
 from rivulet.meta.cluster import normalize_policy
+from rivulet.sql import dialect
 from rivulet.sql.binder import Binder
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import StatementResult, command
@@ -25,52 +25,51 @@ from rivulet.sql.result import StatementResult, command
 if TYPE_CHECKING:
     from rivulet.sql.session import Session
 
-_ALTER_SYSTEM = re.compile(
-    r"^\s*ALTER\s+SYSTEM\s+SET\s+(?P<name>[A-Za-z_][A-Za-z0-9_.]*|\"[^\"]+\")\s*(?:=|\s+TO\s+)\s*"
-    r"(?P<value>'(?:[^']|'')*'|[^\s;']+)\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-_ALTER_PARALLELISM = re.compile(
-    r"^\s*ALTER\s+(?P<kind>MATERIALIZED\s+VIEW|TABLE|SINK|INDEX|SOURCE|VIEW)\s+"
-    r"(?P<name>(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*)(?:\.(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*))?)"
-    r"\s+SET\s+(?P<what>BACKFILL_PARALLELISM|PARALLELISM)\s*(?:=|\s+TO\s+)\s*"
-    r"(?P<value>'[^']*'|[^\s;']+)(?P<deferred>\s+DEFERRED)?\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-
 
 async def handle_alter(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
-    text = " ".join(stmt.text.split())
-    upper = text.upper()
-    if upper.startswith("ALTER SYSTEM"):
-        return await _alter_system(session, stmt.text)
-    if "BACKFILL_RATE_LIMIT" in upper:
-        return await _alter_rate_limit(session, stmt.text)
-    if "PARALLELISM" in upper:
-        return await _alter_parallelism(session, stmt.text)
-    raise sql_error(FEATURE_NOT_SUPPORTED, "ALTER is not supported yet")
+    tree = stmt.tree
+    if isinstance(tree, dialect.AlterSystem):
+        return await _alter_system(session, tree)
+    if isinstance(tree, dialect.AlterJobSetting):
+        if tree.args["setting"] == "backfill_rate_limit":
+            return await _alter_rate_limit(session, tree)
+        return await _alter_parallelism(session, tree)
+    raise sql_error(FEATURE_NOT_SUPPORTED, f"{_alter_form(tree)} is not supported yet")
 
 
-async def _alter_parallelism(session: Session, text: str) -> StatementResult:
-    match = _ALTER_PARALLELISM.match(text)
-    if match is None:
-        raise sql_error(
-            SYNTAX_ERROR,
-            "syntax error in ALTER ... SET PARALLELISM",
-            hint="Write ALTER MATERIALIZED VIEW name SET PARALLELISM = n | ADAPTIVE |"
-            " 'bounded(n)' | 'ratio(r)' | DEFAULT [DEFERRED].",
+def _alter_form(tree: exp.Expression) -> str:
+    """``ALTER TABLE ... RENAME``: what an unsupported ALTER does, for its error."""
+    if isinstance(tree, exp.Alter):
+        kind = str(tree.args.get("kind") or "").upper()
+        actions = tree.args.get("actions") or []
+        action = (
+            {
+                "AlterRename": "RENAME",
+                "RenameColumn": "RENAME COLUMN",
+                "ColumnDef": "ADD COLUMN",
+                "Drop": "DROP",
+                "AlterColumn": "ALTER COLUMN",
+                "AlterSet": "SET",
+            }.get(type(actions[0]).__name__, "")
+            if actions
+            else ""
         )
-    kind, wanted = _kind(match)
+        return " ".join(w for w in ("ALTER", kind, "...", action) if w)
+    words = str(tree.args.get("expression") or "").upper().split()
+    kind = words[:2] if words[:1] == ["MATERIALIZED"] else words[:1]
+    return " ".join(["ALTER", *kind])
+
+
+async def _alter_parallelism(session: Session, tree: dialect.AlterJobSetting) -> StatementResult:
+    kind, wanted = _kind(tree)
     if wanted is None:
         raise sql_error(
             FEATURE_NOT_SUPPORTED, f"ALTER {kind} ... SET PARALLELISM is not supported yet"
         )
-    table = _job(session, match["name"], wanted)
-    raw = match["value"].strip("'")
-    deferred = bool(match["deferred"])
-    if match["what"].upper() == "BACKFILL_PARALLELISM":
+    table = _job(session, tree.this, wanted)
+    raw = _raw_value(tree)
+    deferred = bool(tree.args.get("deferred"))
+    if tree.args["setting"] == "backfill_parallelism":
         policy = None if raw.lower() == "default" else normalize_policy(raw)
         await session.ctx.ddl.alter_backfill_parallelism(table, policy, deferred=deferred)
         return command(f"ALTER {kind}")
@@ -78,27 +77,32 @@ async def _alter_parallelism(session: Session, text: str) -> StatementResult:
     return command(f"ALTER {kind}")
 
 
-def explain_alter(session: Session, text: str) -> list[str]:
+def explain_alter(session: Session, tree: exp.Expression) -> list[str]:
     """EXPLAIN ALTER ... SET PARALLELISM: the planned layout; nothing changes."""
-    match = _ALTER_PARALLELISM.match(text)
-    if match is None or match["what"].upper() != "PARALLELISM":
+    if not isinstance(tree, dialect.AlterJobSetting) or tree.args["setting"] != "parallelism":
         raise sql_error(
             FEATURE_NOT_SUPPORTED,
             "EXPLAIN of this ALTER is not supported",
             hint="EXPLAIN ALTER {MATERIALIZED VIEW|TABLE} name SET PARALLELISM = ... shows"
             " the planned layout.",
         )
-    kind, wanted = _kind(match)
+    kind, wanted = _kind(tree)
     if wanted is None:
         raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN ALTER {kind} is not supported")
-    table = _job(session, match["name"], wanted)
-    return session.ctx.ddl.explain_reschedule(table, _target_policy(match["value"].strip("'")))
+    table = _job(session, tree.this, wanted)
+    return session.ctx.ddl.explain_reschedule(table, _target_policy(_raw_value(tree)))
 
 
-def _kind(match: re.Match[str]) -> tuple[str, str | None]:
+def _raw_value(tree: dialect.AlterJobSetting) -> str:
+    """The setting's value as written; a bare DEFAULT reads as ``default``."""
+    value = tree.args.get("value")
+    return "default" if value is None else str(value)
+
+
+def _kind(tree: dialect.AlterJobSetting) -> tuple[str, str | None]:
     """The ALTER's object kind as written (``MATERIALIZED VIEW``) and the catalog kind it
     names, None for kinds that cannot be rescheduled yet."""
-    kind = " ".join(match["kind"].upper().split())
+    kind = str(tree.args["kind"])
     return kind, {"MATERIALIZED VIEW": "materialized view", "TABLE": "table"}.get(kind)
 
 
@@ -107,34 +111,25 @@ def _target_policy(raw: str) -> str:
     return "adaptive" if raw.lower() == "default" else normalize_policy(raw)
 
 
-_ALTER_RATE_LIMIT = re.compile(
-    r"^\s*ALTER\s+MATERIALIZED\s+VIEW\s+"
-    r"(?P<name>(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*)(?:\.(?:\"[^\"]+\"|[A-Za-z_][A-Za-z0-9_$]*))?)"
-    r"\s+SET\s+BACKFILL_RATE_LIMIT\s*(?:=|\s+TO\s+)\s*(?P<value>'[^']*'|[^\s;']+)\s*;?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-
-
-async def _alter_rate_limit(session: Session, text: str) -> StatementResult:
+async def _alter_rate_limit(session: Session, tree: dialect.AlterJobSetting) -> StatementResult:
     from rivulet.sql.handlers.ddl import parse_rate_limit
 
-    match = _ALTER_RATE_LIMIT.match(text)
-    if match is None:
+    kind, wanted = _kind(tree)
+    if wanted != "materialized view":
         raise sql_error(
-            SYNTAX_ERROR,
-            "syntax error in ALTER ... SET BACKFILL_RATE_LIMIT",
-            hint="Write ALTER MATERIALIZED VIEW name SET BACKFILL_RATE_LIMIT = n | 0 | DEFAULT.",
+            FEATURE_NOT_SUPPORTED,
+            f"ALTER {kind} ... SET BACKFILL_RATE_LIMIT is not supported",
+            hint="A backfill rate limit belongs to a materialized view: use ALTER MATERIALIZED"
+            " VIEW name SET BACKFILL_RATE_LIMIT = n | 0 | DEFAULT.",
         )
-    table = _job(session, match["name"], "materialized view")
-    limit = parse_rate_limit(match["value"].strip("'"))
-    await session.ctx.ddl.alter_backfill_rate_limit(table, limit)
+    table = _job(session, tree.this, wanted)
+    await session.ctx.ddl.alter_backfill_rate_limit(table, parse_rate_limit(_raw_value(tree)))
     return command("ALTER MATERIALIZED VIEW")
 
 
-def _job(session: Session, name: str, wanted: str) -> TableCatalog:
+def _job(session: Session, name: exp.Table, wanted: str) -> TableCatalog:
     """The streaming job an ALTER names (42P01 when missing, 42809 for another kind)."""
-    ref = exp.to_table(name, dialect="postgres")
-    normalize_identifiers(ref, dialect="postgres")
+    ref = normalize_identifiers(name.copy(), dialect="postgres")
     table = Binder(session.bind_context()).lookup_table(ref.db or None, ref.name)
     if table is None:
         raise sql_error(UNDEFINED_TABLE, f'relation "{ref.name}" does not exist')
@@ -149,24 +144,9 @@ def _job(session: Session, name: str, wanted: str) -> TableCatalog:
     return table
 
 
-async def _alter_system(session: Session, text: str) -> StatementResult:
-    match = _ALTER_SYSTEM.match(text)
-    if match is None:
-        raise sql_error(
-            SYNTAX_ERROR,
-            "syntax error in ALTER SYSTEM",
-            hint="Write ALTER SYSTEM SET name = value (or = DEFAULT).",
-        )
-    name = match["name"].strip('"')
-    raw = match["value"]
-    value: str | None
-    if raw.startswith("'"):
-        value = raw[1:-1].replace("''", "'")
-    elif raw.upper() == "DEFAULT":
-        value = None
-    else:
-        value = raw
+async def _alter_system(session: Session, tree: dialect.AlterSystem) -> StatementResult:
+    value = tree.args.get("value")
     change = CatalogChange()
-    session.ctx.params.prepare_set(name, value, change)
+    session.ctx.params.prepare_set(str(tree.this), None if value is None else str(value), change)
     await session.ctx.barrier.checkpoint(change)
     return command("ALTER SYSTEM")

@@ -194,9 +194,9 @@ def _choose_scan_type(session: Session, planned, backfill_type: str | None) -> N
 def explain_create(session: Session, stmt: Statement, ast: exp.Create) -> list[str]:
     """The fragment graph a CREATE MATERIALIZED VIEW (or TABLE) would run, upstream last."""
     from rivulet.meta.catalog import CatalogChange
-    from rivulet.meta.ddl_controller import table_plan
     from rivulet.meta.fragmenter import fragment_job
     from rivulet.meta.fragments import explain_fragment
+    from rivulet.sql.planner.table import table_plan
     from rivulet.stream.plan import MaterializeNode
 
     kind = _create_kind(ast)
@@ -207,22 +207,8 @@ def explain_create(session: Session, stmt: Statement, ast: exp.Create) -> list[s
         assert isinstance(root, MaterializeNode)
         root.table_name = table.name
         root.state_schema = table.state_schema()
-    elif kind == "TABLE" and isinstance(ast.this, exp.Schema):
-        target = ast.this
-        columns = [
-            _column(item)[0] for item in target.expressions if isinstance(item, exp.ColumnDef)
-        ]
-        pk = [
-            e.name
-            for item in target.expressions
-            if isinstance(item, exp.PrimaryKey)
-            for e in item.expressions
-        ]
-        pk += [
-            _column(item)[0].name for item in target.expressions
-            if isinstance(item, exp.ColumnDef) and _column(item)[1]
-        ]  # fmt: skip
-        table = build_table(DEFAULT_SCHEMA, target.this.name, columns, pk, stmt.text)
+    elif kind == "TABLE" and not isinstance(ast.expression, exp.Query):
+        table = table_entry(session, stmt, ast)
         root = table_plan(table)
     else:
         raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN CREATE {kind} is not supported yet")
@@ -288,6 +274,23 @@ async def _create_materialized_view(
 
 
 async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> StatementResult:
+    if isinstance(ast.expression, exp.Query):
+        props = ast.args.get("properties")
+        if props is not None and connector_options(props, "table").get("connector"):
+            raise sql_error(
+                FEATURE_NOT_SUPPORTED, "CREATE TABLE AS with a connector is not supported"
+            )
+        return await _create_table_as(session, stmt, ast)
+    table = table_entry(session, stmt, ast)
+    created = await session.ctx.ddl.create_table(table, if_not_exists=bool(ast.args.get("exists")))
+    if not created:
+        return command("CREATE_TABLE", Notice(f'relation "{table.name}" already exists, skipping'))
+    return command("CREATE_TABLE")
+
+
+def table_entry(session: Session, stmt: Statement, ast: exp.Create) -> TableCatalog:
+    """The catalog entry (id 0) of ``CREATE TABLE name (columns) [WITH (connector ...)]``,
+    every column, key and option checked: what CREATE TABLE creates and EXPLAIN shows."""
     target = ast.this
     props = ast.args.get("properties")
     options = connector_options(props, "table") if props is not None else None
@@ -297,12 +300,6 @@ async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> S
             FEATURE_NOT_SUPPORTED,
             f"table options are not supported yet: {props.sql(dialect='postgres')}",
         )
-    if isinstance(ast.expression, exp.Query):
-        if connector is not None:
-            raise sql_error(
-                FEATURE_NOT_SUPPORTED, "CREATE TABLE AS with a connector is not supported"
-            )
-        return await _create_table_as(session, stmt, ast)
     if connector is not None and isinstance(target, exp.Table):
         target = exp.Schema(this=target, expressions=[])  # columns from the connector
     if not isinstance(target, exp.Schema):
@@ -362,10 +359,7 @@ async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> S
             options=tuple(options.items()),
             append_only=table.has_row_id,
         )
-    created = await session.ctx.ddl.create_table(table, if_not_exists=bool(ast.args.get("exists")))
-    if not created:
-        return command("CREATE_TABLE", Notice(f'relation "{name}" already exists, skipping'))
-    return command("CREATE_TABLE")
+    return table
 
 
 # ------------------------------------------------------------------ sources

@@ -9,7 +9,7 @@ from sqlglot import exp
 
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, SYNTAX_ERROR, Error, sql_error
 from rivulet.meta.recovery import FailureCause
-from rivulet.sql.dialect import ExplainStatement
+from rivulet.sql.dialect import AlterJobSetting, AlterSystem, ExplainStatement
 from rivulet.sql.handlers.query import bind_select
 from rivulet.sql.handlers.show import rows_result
 from rivulet.sql.parser import Statement
@@ -112,13 +112,12 @@ async def handle_explain(
             ],
             tag="EXPLAIN",
         )
-    if isinstance(inner, exp.Alter) or (
+    if isinstance(inner, exp.Alter | AlterJobSetting | AlterSystem) or (
         isinstance(inner, exp.Command) and inner.name.upper() == "ALTER"
     ):
         from rivulet.sql.handlers.alter import explain_alter
 
-        text = re.sub(r"^\s*EXPLAIN\s+", "", stmt.text, flags=re.IGNORECASE)
-        lines = [(line,) for line in explain_alter(session, text)]
+        lines = [(line,) for line in explain_alter(session, inner)]
         return rows_result(["QUERY PLAN"], lines, tag="EXPLAIN")
     if isinstance(inner, exp.Create):
         from rivulet.sql.handlers.ddl import explain_create

@@ -1,10 +1,17 @@
-"""Statements about the session itself: SET, RESET, transactions, DISCARD."""
+"""Statements about the session itself: SET, RESET, transactions, DISCARD, DEALLOCATE."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rivulet.sql.dialect import DiscardStatement, ResetVariable, SetVariable, TransactionStatement
+from rivulet.common.errors import INVALID_PREPARED_STATEMENT, sql_error
+from rivulet.sql.dialect import (
+    DeallocateStatement,
+    DiscardStatement,
+    ResetVariable,
+    SetVariable,
+    TransactionStatement,
+)
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Notice, StatementResult, command
 
@@ -80,6 +87,20 @@ async def handle_transaction(
             ),
         )
     return command(tag)
+
+
+async def handle_deallocate(
+    session: Session, stmt: Statement, params: list[object]
+) -> StatementResult:
+    """DEALLOCATE in a session with no prepared statements of its own (embedded): ALL has
+    nothing to forget, a name is unknown. The pgwire layer answers it for its clients."""
+    ast = stmt.tree
+    assert isinstance(ast, DeallocateStatement)
+    if ast.this is None:
+        return command("DEALLOCATE ALL")
+    raise sql_error(
+        INVALID_PREPARED_STATEMENT, f'prepared statement "{ast.this.name}" does not exist'
+    )
 
 
 async def handle_discard(
