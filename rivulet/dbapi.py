@@ -336,7 +336,7 @@ def _interval(v: Any) -> dt.timedelta:
 
 
 # -- PEP 249 type objects and constructors -------------------------------------
-class _TypeSet(frozenset):  # type: ignore[type-arg]
+class _TypeSet(frozenset):
     def __eq__(self, other: object) -> bool:
         return other in self if isinstance(other, int) else super().__eq__(other)
 

@@ -76,6 +76,26 @@ class EngineServices:
         return await self._engine.barrier.wait_committed(epoch)
 
 
+class EngineRecovery:
+    """How the barrier manager rebuilds the dataflow (``RecoveryPolicy``): the engine's
+    jobs and plans, reached once they exist (the manager is built before them)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def rebuild_all(self, error: Error) -> Callable[[], None]:
+        return self._engine._rebuild_dataflow(error)
+
+    def rebuild_domain(self, domain: FailureDomain) -> Callable[[], None]:
+        return self._engine._rebuild_domain(domain)
+
+    def failure_domain(self, actor_id: int) -> FailureDomain | None:
+        return self._engine._failure_domain(actor_id)
+
+    def describe_actor(self, actor_id: int) -> ActorInfo | None:
+        return self._engine._describe_actor(actor_id)
+
+
 class Engine:
     def __init__(
         self, path: str | os.PathLike[str] | None = None, options: EngineOptions | None = None
@@ -106,6 +126,7 @@ class Engine:
                 interval_ms=options.barrier_interval_ms
                 or int(self.params.get("barrier_interval_ms")),
                 periodic=not options.deterministic,
+                recovery=EngineRecovery(self),
             )
             # Backfill progress reports and rate limits (before the runtime: its services).
             self.backfill = BackfillProgress()
@@ -117,18 +138,14 @@ class Engine:
                 self.cluster,
                 self.backfill,
                 self._plan_job,
+                automatic_parallelism=lambda: (
+                    self.params.get("disable_automatic_parallelism_control") == "false"
+                ),
             )
             self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
             self.barrier.epoch_writers.append(self.ddl.progress.writer)
             self.barrier.epoch_writers.append(self.barrier.recovery_log.writer)
-            self.barrier.on_failure = self._rebuild_dataflow
-            self.barrier.describe_actor = self._describe_actor
-            self.barrier.domain_of = self._failure_domain
-            self.barrier.on_domain_failure = self._rebuild_domain
             self.params.on_change.append(self._apply_system_param)
-            self.ddl.automatic_parallelism = lambda: (
-                self.params.get("disable_automatic_parallelism_control") == "false"
-            )
             self.frontend = FrontendContext(
                 store=self.store,
                 catalog=self.catalog,

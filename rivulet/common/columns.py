@@ -89,5 +89,5 @@ def loose_schema(schema: pa.Schema, cols: list[pa.Array]) -> pa.Schema:
 
 def concat_state(parts: list[object]) -> object:
     if isinstance(parts[0], pl.Series):
-        return pl.concat(parts) if len(parts) > 1 else parts[0]  # type: ignore[arg-type]
+        return pl.concat(parts) if len(parts) > 1 else parts[0]
     return np.concatenate(parts) if len(parts) > 1 else parts[0]  # type: ignore[arg-type]

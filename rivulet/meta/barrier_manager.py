@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 import duckdb
 import pyarrow as pa
@@ -45,8 +46,8 @@ from rivulet.meta.recovery import (
 )
 from rivulet.storage.state_store import META_SCHEMA, StateStore
 from rivulet.storage.state_table import MemTable, StateTable, flush_sealed
-from rivulet.stream.executors.dml import Inbox
 from rivulet.stream.expression import error_kind
+from rivulet.stream.inbox import Inbox
 from rivulet.stream.message import Barrier, Mutation
 from rivulet.stream.row_errors import RowErrorLog
 
@@ -73,6 +74,29 @@ class FailureDomain:
     jobs: frozenset[int]
     actors: frozenset[int]
     state_tables: frozenset[int]
+
+
+class RecoveryPolicy(Protocol):
+    """How the dataflow is rebuilt after a failure: the engine's, which knows jobs and
+    plans. Both rebuilds drop the actors concerned and build their jobs again at once, so
+    that writes find their new inboxes, and return what starts the rebuilt actors (maybe
+    after a backoff)."""
+
+    def rebuild_all(self, error: Error) -> Callable[[], None]:
+        """Every job, from the last committed checkpoint."""
+        ...
+
+    def rebuild_domain(self, domain: FailureDomain) -> Callable[[], None]:
+        """The jobs of one failure domain; the others go on."""
+        ...
+
+    def failure_domain(self, actor_id: int) -> FailureDomain | None:
+        """The jobs recovered with the actor's (None: recover everything)."""
+        ...
+
+    def describe_actor(self, actor_id: int) -> ActorInfo | None:
+        """Who an actor is, for the failure's log line and event."""
+        ...
 
 
 @dataclass
@@ -112,6 +136,7 @@ class BarrierManager:
         *,
         interval_ms: int = 1000,
         periodic: bool = True,
+        recovery: RecoveryPolicy | None = None,
     ) -> None:
         self.store = store
         self._executor = commit_executor
@@ -126,17 +151,9 @@ class BarrierManager:
         # The next epoch to commit (epochs lost to a failure are skipped, never reused).
         self._commit_next = store.committed_epoch + 1
         self._tasks: list[asyncio.Task[None]] = []
-        # Rebuilds the dataflow from the last committed checkpoint (set by the engine):
-        # drops every actor and builds the jobs again at once, so that writes find their
-        # new inboxes, and returns what starts the rebuilt actors (maybe after a backoff).
-        self.on_failure: Callable[[Error], Callable[[], None]] | None = None
-        # Who an actor is, for the failure's log line and event (set by the engine).
-        self.describe_actor: Callable[[int], ActorInfo | None] | None = None
-        # The failure domain of an actor (set by the engine; None: recover everything),
-        # and how to rebuild one: drops the domain's actors and builds its jobs again at
-        # once, returning what starts them.
-        self.domain_of: Callable[[int], FailureDomain | None] | None = None
-        self.on_domain_failure: Callable[[FailureDomain], Callable[[], None]] | None = None
+        # How the dataflow is rebuilt after a failure (the engine's; None: nothing to
+        # rebuild, as in a manager that runs no jobs).
+        self.recovery = recovery
         # Domains whose rebuilt jobs wait for their backoff: writes to them wait too.
         self._held_jobs: dict[int, asyncio.Event] = {}
         self._domain_backoff: dict[frozenset[int], Backoff] = {}
@@ -275,7 +292,7 @@ class BarrierManager:
         what = type(error).__name__
         if isinstance(error, duckdb.Error):
             what += f" ({error_kind(error)})"
-        known = self.describe_actor(actor_id) if self.describe_actor is not None else None
+        known = self.recovery.describe_actor(actor_id) if self.recovery is not None else None
         cause = FailureCause(
             what,
             actor_id,
@@ -284,7 +301,7 @@ class BarrierManager:
             known.job_name if known else None,
             detail=f"{type(error).__name__}: {error}",
         )
-        domain = self.domain_of(actor_id) if self.domain_of is not None else None
+        domain = self.recovery.failure_domain(actor_id) if self.recovery is not None else None
         if domain is not None and self.recover_domain(domain, cause):
             return
         self.recover(job_failure_error(cause), cause)
@@ -504,7 +521,7 @@ class BarrierManager:
     def recover(self, error: Error, cause: FailureCause | None = None) -> None:
         """Something failed (an actor, a commit): every epoch not yet committed is lost.
         Statements waiting on them get ``error``; the engine rebuilds the dataflow from
-        the last committed checkpoint (``on_failure``) and barriers go on from there.
+        the last committed checkpoint (``RecoveryPolicy.rebuild_all``) and barriers go on from there.
         The rebuilt actors start at once, or after a backoff when failures repeat."""
         cause = cause or FailureCause(error.message)
         if self._committing:
@@ -559,7 +576,7 @@ class BarrierManager:
         self._inboxes.clear()
         start: Callable[[], None] | None = None
         try:
-            start = self.on_failure(error) if self.on_failure is not None else None
+            start = self.recovery.rebuild_all(error) if self.recovery is not None else None
         except Exception:
             # Barriers must flow again whatever happened: a statement waiting on a
             # recovery that never ends would hang.
@@ -587,7 +604,7 @@ class BarrierManager:
             state.changes or state.mutation is not None for state in self._inflight.values()
         ):
             return False  # a catalog change or reschedule in flight: recover everything
-        if self.on_domain_failure is None:
+        if self.recovery is None:
             return False
         error = job_failure_error(cause)
         policy = self.backoff
@@ -633,7 +650,7 @@ class BarrierManager:
             self._held_jobs.setdefault(job_id, asyncio.Event())
         start: Callable[[], None] | None = None
         try:
-            start = self.on_domain_failure(domain)
+            start = self.recovery.rebuild_domain(domain)
         except Exception:
             log.exception("recovery %d could not rebuild the failed job(s)", event.id)
 

@@ -28,6 +28,7 @@ from rivulet.common.errors import (
     QUERY_CANCELED,
     UNDEFINED_OBJECT,
     UNDEFINED_TABLE,
+    Error,
     sql_error,
 )
 from rivulet.meta.barrier_manager import BarrierManager
@@ -40,7 +41,6 @@ from rivulet.storage.state_store import META_SCHEMA, duckdb_text
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.exchange import even_mapping
-from rivulet.stream.executors.backfill import apply_scan_type
 from rivulet.stream.message import StopActors
 from rivulet.stream.plan import (
     MaterializeNode,
@@ -48,6 +48,7 @@ from rivulet.stream.plan import (
     StreamScanNode,
 )
 from rivulet.stream.runtime import RunningJob, StreamRuntime
+from rivulet.stream.state_layouts import apply_scan_type
 
 
 @dataclass
@@ -71,6 +72,7 @@ class DdlController:
         cluster: Cluster,
         backfill: BackfillProgress,
         plan_job: Callable[[TableCatalog], PlanNode],
+        automatic_parallelism: Callable[[], bool] = lambda: True,
     ) -> None:
         self.catalog = catalog
         self.runtime = runtime
@@ -81,7 +83,7 @@ class DdlController:
         # table's at creation, every job's when it is built again.
         self.plan_job = plan_job
         # Whether worker changes reschedule adaptive jobs (a system parameter's).
-        self.automatic_parallelism: Callable[[], bool] = lambda: True
+        self.automatic_parallelism = automatic_parallelism
         # Scan actors' backfill reports and rate limits (the engine's).
         self.backfill = backfill
         # Creating jobs' progress, as SHOW JOBS and rw_ddl_progress show it.
@@ -540,8 +542,11 @@ class DdlController:
                     await self._finish_backfill(table.id, epoch)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a recovery meanwhile: look again
+            except Error:  # a recovery meanwhile lost the epoch waited for: look again
                 log.debug("backfill watch interrupted", exc_info=True)
+            except Exception:
+                # A bug: the watch goes on (jobs would stay CREATING without it), and says so.
+                log.exception("backfill watch failed; watching on")
 
     async def _finish_backfill(self, job_id: int, epoch: int) -> None:
         async with self.lock:

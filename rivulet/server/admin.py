@@ -232,7 +232,7 @@ class AdminServer:
             await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_SECONDS)
             await self._linger(reader, writer)
         except (OSError, TimeoutError):
-            pass
+            log.debug("admin client left before its answer was sent", exc_info=True)
         finally:
             writer.close()
 
@@ -267,6 +267,11 @@ class AdminServer:
             if exc.hint:
                 payload["hint"] = exc.hint
             return exc.status, payload, exc.headers
+        except Exception:
+            # A bug, not the caller's mistake: logged with its traceback, answered without
+            # internals.
+            log.exception("admin request failed")
+            return 500, {"error": "internal error; the server log has the details"}, {}
 
     def _check_caller(self, request: Request) -> None:
         """Refuse what a web page could send, then anything without the token."""

@@ -47,6 +47,7 @@ from rivulet.sql.functions import (
     SIGNAL_BACKEND_FUNCTION,
     function_name,
 )
+from rivulet.sql.parser import position_of
 from rivulet.sql.scope import names_a_cte
 from rivulet.sql.session_config import duckdb_zone
 from rivulet.sql.system_catalog import (
@@ -105,15 +106,6 @@ class BoundQuery:
     # Whether its SQL holds state outside the catalog and the session's settings (other
     # sessions' activity): never cached, never prepared.
     volatile: bool = False
-
-
-def position_of(node: exp.Expression) -> int | None:
-    """1-based position of a node's first identifier in the statement text."""
-    for ident in [node, *node.find_all(exp.Identifier)]:
-        meta = getattr(ident, "_meta", None) or {}
-        if "start" in meta:
-            return int(meta["start"]) + 1
-    return None
 
 
 def quote(name: str) -> exp.Identifier:

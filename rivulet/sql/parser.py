@@ -360,3 +360,12 @@ def parse_one(sql: str) -> Statement:
     if len(stmts) != 1:
         raise sql_error(SYNTAX_ERROR, f"expected one statement, got {len(stmts)}")
     return stmts[0]
+
+
+def position_of(node: exp.Expression) -> int | None:
+    """1-based position of a node's first identifier in the statement text."""
+    for ident in [node, *node.find_all(exp.Identifier)]:
+        meta = getattr(ident, "_meta", None) or {}
+        if "start" in meta:
+            return int(meta["start"]) + 1
+    return None

@@ -212,7 +212,7 @@ class Session:
         parameters changed; results ``keep`` refuses (volatile ones) are not kept."""
         hit = self.cached(kind, stmt)
         if hit is not None:
-            return hit  # type: ignore[no-any-return]
+            return hit
         result = await self.compile(stmt, fn)
         if keep(result):
             self.cache(kind, stmt, result)
@@ -519,7 +519,7 @@ class Session:
                 raise self.cancel_error() from None
             raise
         finally:
-            self._waits.discard(task)  # type: ignore[arg-type]
+            self._waits.discard(task)
             if not task.done():
                 task.cancel()
 

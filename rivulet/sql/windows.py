@@ -31,8 +31,9 @@ from rivulet.common.errors import (
     UNDEFINED_FUNCTION,
     sql_error,
 )
+from rivulet.common.intervals import interval_micros
 from rivulet.common.types import TIMESTAMP, DataType
-from rivulet.stream.executors.hop_window import interval_micros
+from rivulet.sql.parser import position_of
 
 WINDOW_FUNCTIONS = ("tumble", "hop")
 WINDOW_COLUMNS = ("window_start", "window_end")
@@ -92,8 +93,6 @@ class WindowSpec:
 
 def window_call(item: exp.Table) -> WindowCall:
     """Check a TUMBLE/HOP call's arguments by their form (42601 otherwise)."""
-    from rivulet.sql.binder import position_of
-
     kind = window_function_name(item)
     assert kind is not None
     fn = item.this
@@ -140,8 +139,6 @@ def window_call(item: exp.Table) -> WindowCall:
 def time_column_index(call: WindowCall, names: list[str], types: list[DataType]) -> int:
     """The index of the call's time column among the relation's columns (whose names must
     not clash with the window columns); 42703 / 42883 otherwise."""
-    from rivulet.sql.binder import position_of
-
     relation = call.relation.name
     for name in names:
         if name in WINDOW_COLUMNS:
@@ -176,8 +173,6 @@ def time_column_index(call: WindowCall, names: list[str], types: list[DataType])
 def window_spec(call: WindowCall, interval_sql: Callable[[exp.Expression], str]) -> WindowSpec:
     """The call's intervals, bound to DuckDB SQL by ``interval_sql`` and checked: constant,
     size (and slide) positive, HOP's size a whole multiple of its slide."""
-    from rivulet.sql.binder import position_of
-
     label = call.label
     names = ["size", "offset"] if call.kind == "tumble" else ["slide", "size", "offset"]
     sqls: dict[str, str] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from rivulet.common.intervals import interval_micros
 from rivulet.storage.state_table import StateTable
 from rivulet.stream.connectors import ColumnSpec, open_connector
 from rivulet.stream.exchange import Channel
@@ -17,10 +18,10 @@ from rivulet.stream.executor import ActorContext, Executor
 from rivulet.stream.executors.aggregate.hash_agg import HashAggExecutor
 from rivulet.stream.executors.aggregate.simple_agg import SimpleAggExecutor
 from rivulet.stream.executors.backfill import BackfillExecutor
-from rivulet.stream.executors.dml import DmlExecutor, Inbox
+from rivulet.stream.executors.dml import DmlExecutor
 from rivulet.stream.executors.filter import FilterExecutor
 from rivulet.stream.executors.hash_join import HashJoinExecutor
-from rivulet.stream.executors.hop_window import HopWindowExecutor, interval_micros
+from rivulet.stream.executors.hop_window import HopWindowExecutor
 from rivulet.stream.executors.materialize import MaterializeExecutor
 from rivulet.stream.executors.merge import MergeExecutor
 from rivulet.stream.executors.over_window import OverWindowExecutor
@@ -29,6 +30,7 @@ from rivulet.stream.executors.source import SourceExecutor
 from rivulet.stream.executors.stream_scan import StreamScanExecutor
 from rivulet.stream.executors.top_n import TopNExecutor
 from rivulet.stream.executors.union import UnionExecutor
+from rivulet.stream.inbox import Inbox
 from rivulet.stream.plan import (
     REBUILT_SCAN_TYPE,
     DmlNode,

@@ -20,6 +20,7 @@ from rivulet.common.types import DataType, arrow_type_of
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import MemTable, StateTable
 from rivulet.stream.expression import RowErrors
+from rivulet.stream.inbox import Inbox
 from rivulet.stream.message import Barrier, Message
 from rivulet.stream.row_errors import RowErrorLog
 
@@ -53,7 +54,7 @@ class BarrierSink(Protocol):
     @property
     def write_epoch(self) -> int: ...
 
-    def register_actor(self, actor_id: int, inbox: object | None = None) -> None: ...
+    def register_actor(self, actor_id: int, inbox: Inbox | None = None) -> None: ...
 
     def unregister_actor(self, actor_id: int) -> None: ...
 
@@ -85,10 +86,15 @@ class BackfillTracker(Protocol):
 class StreamServices(Protocol):
     """Engine services the stream runtime needs."""
 
-    store: StateStore
-    barrier_sink: BarrierSink
-    row_errors: RowErrorLog
-    backfill: BackfillTracker
+    # Read-only (properties): an implementation may hold a subtype of each.
+    @property
+    def store(self) -> StateStore: ...
+    @property
+    def barrier_sink(self) -> BarrierSink: ...
+    @property
+    def row_errors(self) -> RowErrorLog: ...
+    @property
+    def backfill(self) -> BackfillTracker: ...
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T: ...
 

@@ -28,7 +28,7 @@ from rivulet.stream.exchange import (
     split_by_vnode,
 )
 from rivulet.stream.executor import ActorContext, StreamServices
-from rivulet.stream.executors.dml import Inbox
+from rivulet.stream.inbox import Inbox
 from rivulet.stream.message import AddOutputs
 from rivulet.stream.plan import (
     DmlNode,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from rivulet.common.types import BIGINT, DOUBLE, DataType, arrow_type_of
+from rivulet.common.types import BIGINT, BOOLEAN, DOUBLE, SMALLINT, DataType, arrow_type_of
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.executor import Schema
-from rivulet.stream.plan import AggCall, PlanNode
+from rivulet.stream.plan import REBUILT_SCAN_TYPE, SCAN_TYPES, AggCall, PlanNode, StreamScanNode
 
 DISTINCT_AGG_KINDS = ("count_distinct", "sum_distinct", "avg_distinct", "string_agg_distinct")
 # An aggregation result table's count of input rows per group.
@@ -88,16 +88,51 @@ def join_state_schema(
 
 
 # ------------------------------------------------------- Top-N, scans, sources
+# A scan's progress columns after the last key read, and its log's columns before the
+# logged row (the backfill executor reads them by these names).
+PROGRESS_DONE = "done"
+PROGRESS_ROW_COUNT = "row_count"
+LOG_SEQ = "seq"
+LOG_OP = "op"
+
+
 def topn_state_schema(node: PlanNode) -> StateTableSchema:
     cols = tuple((f"c{i}", f.type) for i, f in enumerate(node.schema))
     return StateTableSchema(0, cols, tuple(node.stream_key), ())
 
 
 def progress_state_schema(upstream: StateTableSchema) -> StateTableSchema:
-    """A scan's per-vnode backfill progress: the executor's layout."""
-    from rivulet.stream.executors.backfill import progress_state_schema as layout
+    """Per-vnode progress over ``upstream``: (_vnode; last pk read as ``pk0..``, done,
+    row_count). Keyed by the vnode alone; id assigned by the fragmenter."""
+    cols = tuple((f"pk{i}", upstream.columns[c][1]) for i, c in enumerate(upstream.pk))
+    cols += ((PROGRESS_DONE, BOOLEAN), (PROGRESS_ROW_COUNT, BIGINT))
+    return StateTableSchema(0, cols, (), ())
 
-    return layout(upstream)
+
+def log_state_schema(upstream: StateTableSchema) -> StateTableSchema:
+    """A snapshot scan's log of upstream changes: (_vnode, seq; op, the upstream's stored
+    columns as ``c0..``), keyed by (vnode, seq), replayed in seq order."""
+    cols = ((LOG_SEQ, BIGINT), (LOG_OP, SMALLINT))
+    cols += tuple((f"c{i}", t) for i, (_, t) in enumerate(upstream.columns))
+    return StateTableSchema(0, cols, (0,), ())
+
+
+def apply_scan_type(root: PlanNode, scan_type: str, *, created: bool = False) -> None:
+    """Give every scan of a job's plan ``scan_type`` and the state tables it needs (ids 0:
+    the fragmenter assigns them): progress for all, a log for ``snapshot``. ``created``:
+    the job is rebuilt after its backfill completed - its scans keep the tables (a rebuilt
+    job's internal tables must stay the same) but only forward changes (``none``)."""
+    assert scan_type in SCAN_TYPES, scan_type
+    for node in root.walk():
+        if isinstance(node, StreamScanNode):
+            assert node.state_schema is not None
+            node.scan_type = REBUILT_SCAN_TYPE if created else scan_type
+            if node.progress_table is None:
+                node.progress_table = progress_state_schema(node.state_schema)
+            if scan_type == "snapshot":
+                node.log_table = log_state_schema(node.state_schema)
+            else:
+                node.log_table = None
 
 
 def source_state_schema() -> StateTableSchema:

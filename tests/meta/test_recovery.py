@@ -349,7 +349,9 @@ def test_a_write_placed_just_before_a_recovery_is_applied_or_fails(
             )
         else:
             actor = next(iter(eng.runtime.jobs[table].actors))
-            assert eng.barrier.recover_domain(eng.barrier.domain_of(actor), FailureCause("test"))
+            assert eng.barrier.recover_domain(
+                eng.barrier.recovery.failure_domain(actor), FailureCause("test")
+            )
 
     def place_then_recover(*args: object) -> int:
         epoch = place(*args)

@@ -30,7 +30,7 @@ from rivulet.common.errors import (
 )
 from rivulet.common.types import arrow_type_of
 from rivulet.meta.catalog import TableCatalog
-from rivulet.sql.binder import Binder, position_of
+from rivulet.sql.binder import Binder
 from rivulet.sql.duckdb_errors import translate
 from rivulet.sql.handlers.copy_binary import BinaryCopyReader, check_binary_types
 from rivulet.sql.handlers.dml import (
@@ -41,7 +41,7 @@ from rivulet.sql.handlers.dml import (
     typed_rows,
 )
 from rivulet.sql.handlers.query import query_result, start_query
-from rivulet.sql.parser import Statement
+from rivulet.sql.parser import Statement, position_of
 from rivulet.sql.result import CopyInRequest, StatementResult
 
 if TYPE_CHECKING:

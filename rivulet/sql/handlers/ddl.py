@@ -28,8 +28,8 @@ from rivulet.meta.catalog import (
     TableCatalog,
     check_column_names,
 )
-from rivulet.sql.binder import Binder, position_of
-from rivulet.sql.parser import Statement
+from rivulet.sql.binder import Binder
+from rivulet.sql.parser import Statement, position_of
 from rivulet.sql.result import Notice, StatementResult, command
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ async def handle_create(session: Session, stmt: Statement, params: list[object])
     raise sql_error(FEATURE_NOT_SUPPORTED, f"{what} is not supported yet")
 
 
-def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):  # type: ignore[no-untyped-def]
+def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):
     """The planned MV of a CREATE MATERIALIZED VIEW statement."""
     from rivulet.sql.planner import plan_materialized_view
 
@@ -171,12 +171,12 @@ def _backfill_type(value: str) -> str:
     return v
 
 
-def _choose_scan_type(session: Session, planned, backfill_type: str | None) -> None:  # type: ignore[no-untyped-def]
+def _choose_scan_type(session: Session, planned, backfill_type: str | None) -> None:
     """How the MV's scans read their upstreams' history: ``WITH (backfill_type = ...)``,
     else the session's ``streaming_use_snapshot_backfill`` (snapshot), else
     ``streaming_use_arrangement_backfill`` (true: arrangement, false: no_shuffle)."""
-    from rivulet.stream.executors.backfill import apply_scan_type
     from rivulet.stream.plan import StreamScanNode
+    from rivulet.stream.state_layouts import apply_scan_type
 
     if backfill_type is None:
         if session.config.get("streaming_use_snapshot_backfill") == "true":
@@ -538,8 +538,8 @@ def _column(item: exp.ColumnDef) -> tuple[ColumnCatalog, bool]:
     try:
         dtype = column_type_from_sql(kind)
     except Exception as exc:
-        if hasattr(exc, "position") and exc.position is None:  # type: ignore[union-attr]
-            exc.position = position_of(item)  # type: ignore[union-attr]
+        if hasattr(exc, "position") and exc.position is None:
+            exc.position = position_of(item)
         raise
     not_null = False
     is_pk = False

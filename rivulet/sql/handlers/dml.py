@@ -34,10 +34,10 @@ from rivulet.common.errors import (
 )
 from rivulet.common.types import DataType, arrow_type_of
 from rivulet.meta.catalog import SYSTEM_SCHEMAS, TableCatalog
-from rivulet.sql.binder import INTERNAL, Binder, BoundQuery, position_of, quote
+from rivulet.sql.binder import INTERNAL, Binder, BoundQuery, quote
 from rivulet.sql.handlers.literal_rows import LiteralRows, literal_rows_of
 from rivulet.sql.handlers.query import run_bound
-from rivulet.sql.parser import Statement
+from rivulet.sql.parser import Statement, position_of
 from rivulet.sql.result import Column, StatementResult
 
 if TYPE_CHECKING:

@@ -50,12 +50,12 @@ def _acceptor(dtype: DataType) -> Callable[[object], bool]:
     function made once per type (a long VALUES list asks per item)."""
     if dtype in _INT_RANGES:
         low, high = _INT_RANGES[dtype]
-        return lambda v: v is None or (type(v) is int and low <= v <= high)  # type: ignore[operator]
+        return lambda v: v is None or (type(v) is int and low <= v <= high)
     if dtype == DOUBLE:
         return lambda v: (
             v is None
             or type(v) is float
-            or (type(v) is int and -_EXACT_FLOAT_INT < v < _EXACT_FLOAT_INT)  # type: ignore[operator]
+            or (type(v) is int and -_EXACT_FLOAT_INT < v < _EXACT_FLOAT_INT)
         )
     if dtype in (VARCHAR, TEXT):
         return lambda v: v is None or type(v) is str
@@ -92,7 +92,7 @@ def _literal(node: exp.Expression) -> object:
         return bool(node.this)
     if kind is exp.Neg and type(node.this) is exp.Literal:
         value = _literal(node.this)
-        return -value if type(value) is int else _NO_VALUE  # type: ignore[operator]
+        return -value if type(value) is int else _NO_VALUE
     return _NO_VALUE
 
 

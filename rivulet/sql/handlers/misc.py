@@ -92,7 +92,7 @@ async def handle_explain(
         analyze = bool(ast.args.get("analyze"))
         prefix = "EXPLAIN ANALYZE " if analyze else "EXPLAIN "
 
-        def plan(cur):  # type: ignore[no-untyped-def]
+        def plan(cur):
             rows = cur.execute(prefix + bound.sql).fetchall()
             return rows[-1][-1] if rows else ""
 
@@ -127,7 +127,7 @@ async def handle_explain(
     raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN of {type(inner).__name__} is not supported")
 
 
-def _user_names(plan: str, tables: list) -> str:  # type: ignore[type-arg]
+def _user_names(plan: str, tables: list) -> str:
     """The plan with each state table (``memory.state.t1001``) shown by the name of the
     table it stores, padded so that DuckDB's boxes stay aligned."""
     names = {t.id: t.qualified_name for t in tables}

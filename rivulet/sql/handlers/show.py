@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def rows_result(
-    names: list[str], rows: list[tuple[object, ...]], tag: str = "SHOW"
+    names: list[str], rows: Sequence[tuple[object, ...]], tag: str = "SHOW"
 ) -> StatementResult:
     """A result of text columns (every SHOW output is text)."""
     columns = [Column(n, VARCHAR) for n in names]

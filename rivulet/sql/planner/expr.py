@@ -15,7 +15,8 @@ from sqlglot import exp
 
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, INVALID_TEXT_REPRESENTATION, sql_error
 from rivulet.common.types import DataType
-from rivulet.sql.binder import Binder, position_of
+from rivulet.sql.binder import Binder
+from rivulet.sql.parser import position_of
 from rivulet.sql.planner.scope import Scope
 from rivulet.stream.expression import ExprSet
 
@@ -27,7 +28,7 @@ def column_ref(index: int) -> exp.Column:
 
 
 class ExprCompiler:
-    def __init__(self, binder: Binder, cursor_provider) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, binder: Binder, cursor_provider) -> None:
         self.binder = binder
         self._cursor = cursor_provider
 
@@ -192,3 +193,12 @@ def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:
         else:
             node.replace(safe)
     return tree, predicates
+
+
+def conjuncts(e: exp.Expression) -> list[exp.Expression]:
+    """The terms of a conjunction (``a AND (b AND c)``: a, b, c)."""
+    if isinstance(e, exp.And):
+        return conjuncts(e.this) + conjuncts(e.expression)
+    if isinstance(e, exp.Paren):
+        return conjuncts(e.this)
+    return [e]

@@ -21,14 +21,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
 from rivulet.common.errors import FEATURE_NOT_SUPPORTED, sql_error
 from rivulet.common.types import BIGINT
-from rivulet.sql.binder import pg_output_name, position_of
-from rivulet.sql.planner.scope import Scope, ScopeColumn
+from rivulet.sql.binder import pg_output_name
+from rivulet.sql.parser import position_of
+from rivulet.sql.planner.expr import ExprCompiler, conjuncts
+from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
@@ -41,9 +42,6 @@ from rivulet.stream.plan import (
     Schema,
     TopNNode,
 )
-
-if TYPE_CHECKING:
-    from rivulet.sql.planner.planner import Planned, StreamPlanner
 
 # Window functions an OverWindow maintains (any frame DuckDB evaluates like PostgreSQL).
 RANKING = ("row_number", "rank", "dense_rank")
@@ -127,8 +125,6 @@ def take_rank_filter(q: exp.Select) -> None:
     """If ``q`` filters a subquery's ``row_number() OVER (...)`` column by an upper bound,
     move those conjuncts from ``q``'s WHERE to a ``RankFilter`` on the subquery (planned
     as a group top-N); otherwise leave ``q`` as it is."""
-    from rivulet.sql.planner.planner import _conjuncts
-
     from_ = q.args.get("from_")
     where = q.args.get("where")
     if from_ is None or where is None or q.args.get("joins"):
@@ -165,8 +161,8 @@ def take_rank_filter(q: exp.Select) -> None:
 
     lo, hi = 1, None
     consumed: list[exp.Expression] = []
-    conjuncts = _conjuncts(where.this)
-    for c in conjuncts:
+    terms = conjuncts(where.this)
+    for c in terms:
         bound = _rank_bound(c, names_rank)
         if bound is None:
             continue
@@ -176,7 +172,7 @@ def take_rank_filter(q: exp.Select) -> None:
         consumed.append(c)
     if hi is None:
         return  # no upper bound: every row stays, an OverWindow computes the numbers
-    remaining = [c for c in conjuncts if not any(c is x for x in consumed)]
+    remaining = [c for c in terms if not any(c is x for x in consumed)]
     where.set("this", exp.and_(*remaining) if remaining else exp.true())
     # Whether the outer query reads the row number itself (else the top-N omits it).
     needed = any(
@@ -230,7 +226,7 @@ def _rank_bound(
 
 # --------------------------------------------------------------------- planning
 def plan_over_windows(
-    planner: StreamPlanner,
+    compiler: ExprCompiler,
     rel: Planned,
     items: list[exp.Expression],
     rank_filter: RankFilter | None,
@@ -246,7 +242,7 @@ def plan_over_windows(
                 windows.append(w)
     names: list[str] = []
     if rank_filter is not None:
-        rel, names = _group_top_n(planner, rel, windows[0], rank_filter)
+        rel, names = _group_top_n(compiler, rel, windows[0], rank_filter)
     else:
         groups: list[tuple[list[str], list[exp.Window]]] = []
         for w in windows:
@@ -259,7 +255,7 @@ def plan_over_windows(
                 groups.append((key, [w]))
         by_window: dict[int, str] = {}
         for _, members in groups:
-            rel, out = _over_window(planner, rel, members)
+            rel, out = _over_window(compiler, rel, members)
             for w, name in zip(members, out):
                 by_window[id(w)] = name
         names = [by_window[id(w)] for w in windows]
@@ -309,12 +305,10 @@ def _validate(w: exp.Window) -> None:
 
 
 def _computed_columns(
-    planner: StreamPlanner, rel: Planned, exprs: list[exp.Expression]
+    compiler: ExprCompiler, rel: Planned, exprs: list[exp.Expression]
 ) -> tuple[Planned, list[int]]:
     """Expressions as columns of ``rel``: input columns as they are, others appended by
     a projection (hidden, named uniquely)."""
-    from rivulet.sql.planner.planner import Planned
-
     indices: list[int] = []
     extra: list[exp.Expression] = []
     for e in exprs:
@@ -325,7 +319,7 @@ def _computed_columns(
             extra.append(e)
     if not extra:
         return rel, indices
-    compiled, types = planner.exprs.compile(extra, rel.scope)
+    compiled, types = compiler.compile(extra, rel.scope)
     n = len(rel.scope)
     names = [f"_over_key{next(_columns)}" for _ in extra]
     same = [f"c{i}" for i in range(n)]
@@ -365,13 +359,11 @@ def partitioned_state_schema(node: PlanNode, partition: list[int]) -> StateTable
 
 
 def _group_top_n(
-    planner: StreamPlanner, rel: Planned, w: exp.Window, f: RankFilter
+    compiler: ExprCompiler, rel: Planned, w: exp.Window, f: RankFilter
 ) -> tuple[Planned, list[str]]:
-    from rivulet.sql.planner.planner import Planned
-
     partition = list(w.args.get("partition_by") or [])
     ordered = list(w.args["order"].expressions)
-    rel, cols = _computed_columns(planner, rel, partition + [o.this for o in ordered])
+    rel, cols = _computed_columns(compiler, rel, partition + [o.this for o in ordered])
     part, order_cols = cols[: len(partition)], cols[len(partition) :]
     keys: list[tuple[int, bool, bool]] = []
     for o, c in zip(ordered, order_cols):
@@ -400,23 +392,21 @@ def _group_top_n(
 
 
 def _over_window(
-    planner: StreamPlanner, rel: Planned, windows: list[exp.Window]
+    compiler: ExprCompiler, rel: Planned, windows: list[exp.Window]
 ) -> tuple[Planned, list[str]]:
     """One OverWindow for calls sharing a PARTITION BY."""
-    from rivulet.sql.planner.planner import Planned
-
     partition = list(windows[0].args.get("partition_by") or [])
-    rel, part = _computed_columns(planner, rel, partition)
+    rel, part = _computed_columns(compiler, rel, partition)
     tie = [exp.Ordered(this=exp.column(f"c{k}"), desc=False, nulls_first=False)
            for k in rel.node.stream_key]  # fmt: skip
     trees = []
     for w in windows:
-        tree = planner.exprs.resolve_columns(w, rel.scope)
+        tree = compiler.resolve_columns(w, rel.scope)
         assert isinstance(tree, exp.Window)
         tree.set("partition_by", [exp.column(f"c{k}") for k in part])
         _break_ties(tree, function_name(w), tie)
         trees.append(tree)
-    calls, types = planner.exprs.compile_resolved(trees, rel.scope.types)
+    calls, types = compiler.compile_resolved(trees, rel.scope.types)
     names = [f"__over{next(_columns)}" for _ in windows]
     schema = Schema(list(rel.node.schema) + [Field(n, t) for n, t in zip(names, types)])
     key = list(dict.fromkeys([*rel.node.stream_key, *part]))

@@ -14,7 +14,6 @@ the part of the query at fault.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -27,10 +26,11 @@ from rivulet.common.errors import (
 )
 from rivulet.common.types import BIGINT, BOOLEAN, TEXT, DataType
 from rivulet.meta.catalog import TableCatalog
-from rivulet.sql.binder import Binder, pg_output_name, position_of
-from rivulet.sql.planner.expr import ExprCompiler
+from rivulet.sql.binder import Binder, pg_output_name
+from rivulet.sql.parser import position_of
+from rivulet.sql.planner.expr import ExprCompiler, conjuncts
 from rivulet.sql.planner.over import check_placement, plan_over_windows, take_rank_filter
-from rivulet.sql.planner.scope import Scope, ScopeColumn
+from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
 from rivulet.sql.windows import (
     time_column_index,
     tumble_start_sql,
@@ -83,16 +83,6 @@ def _not_supported(what: str, node: exp.Expression | None = None) -> Exception:
     )
 
 
-@dataclass
-class Planned:
-    """A planned relation: its node, its scope, and the input columns rows are spread over
-    actors by (None: not known from the output, e.g. after an expression replaced them)."""
-
-    node: PlanNode
-    scope: Scope
-    dist: list[int] | None
-
-
 # Aggregates the hash aggregation maintains, by sqlglot node (plus count(*)).
 _AGG_KINDS: dict[type[exp.Expression], str] = {
     exp.Count: "count",
@@ -107,7 +97,7 @@ _AGG_KINDS: dict[type[exp.Expression], str] = {
 
 
 class StreamPlanner:
-    def __init__(self, binder: Binder, cursor_provider) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, binder: Binder, cursor_provider) -> None:
         self.binder = binder
         self.exprs = ExprCompiler(binder, cursor_provider)
         self.dependencies: list[int] = []
@@ -158,7 +148,7 @@ class StreamPlanner:
             raise _not_supported("HAVING without GROUP BY or aggregates", having)
         if any(item.find(exp.Window) for item in select_items):
             rel, select_items = plan_over_windows(
-                self, rel, select_items, getattr(q, "_rank_filter", None)
+                self.exprs, rel, select_items, getattr(q, "_rank_filter", None)
             )
         input_scope = rel.scope  # what ORDER BY may name besides the select list
         rel, names = self._project_select(rel, select_items)
@@ -308,13 +298,13 @@ class StreamPlanner:
             raise _not_supported(f"{side} join", join)
         right = self._relation(join.this)
         on = join.args.get("on")
-        conjuncts = _conjuncts(on) if on is not None else []
+        on_terms = conjuncts(on) if on is not None else []
         if on is None:
             if kind is not JoinKind.INNER or kind_word not in ("", "CROSS", "INNER"):
                 raise sql_error("42601", "a join needs an ON condition")
             # FROM a, b WHERE a.x = b.y: the equalities of WHERE join the two.
             if where is not None:
-                conjuncts = [c for c in _conjuncts(where.this)]
+                on_terms = [c for c in conjuncts(where.this)]
         combined = left.scope.concat(right.scope)
         n_left = len(left.scope)
         if on is not None:  # an unknown or ambiguous column is that, not a missing equality
@@ -324,7 +314,7 @@ class StreamPlanner:
         left_keys: list[exp.Expression] = []
         right_keys: list[exp.Expression] = []
         rest: list[exp.Expression] = []
-        for c in conjuncts:
+        for c in on_terms:
             pair = self._equi_pair(c, left.scope, right.scope)
             if pair is None:
                 rest.append(c)
@@ -335,7 +325,7 @@ class StreamPlanner:
             raise _not_supported("a join without an equality between its two sides", join)
         if on is None and where is not None:
             # The WHERE clause now holds only what the join did not take.
-            remaining = [c for c in _conjuncts(where.this) if c in rest]
+            remaining = [c for c in conjuncts(where.this) if c in rest]
             where.set("this", exp.and_(*remaining) if remaining else exp.true())
         left, lk = self._key_columns(left, left_keys)
         right, rk = self._key_columns(right, right_keys)
@@ -452,7 +442,7 @@ class StreamPlanner:
     def _filter(self, rel: Planned, condition: exp.Expression, clause: str = "WHERE") -> Planned:
         if isinstance(condition, exp.Boolean) and condition.this is True:
             return rel
-        self._check_boolean(_conjuncts(condition), rel.scope, clause)
+        self._check_boolean(conjuncts(condition), rel.scope, clause)
         exprs, _ = self.exprs.compile([condition], rel.scope)
         node = FilterNode(
             rel.node.schema, list(rel.node.stream_key), rel.node.append_only, [rel.node],
@@ -975,14 +965,6 @@ def _type_category(t: DataType) -> str:
     if t.name in ("date", "timestamp without time zone", "timestamp with time zone"):
         return "datetime"
     return t.name
-
-
-def _conjuncts(e: exp.Expression) -> list[exp.Expression]:
-    if isinstance(e, exp.And):
-        return _conjuncts(e.this) + _conjuncts(e.expression)
-    if isinstance(e, exp.Paren):
-        return _conjuncts(e.this)
-    return [e]
 
 
 def _sides(e: exp.Expression, left: Scope, right: Scope) -> str | None:

@@ -8,7 +8,8 @@ from sqlglot import exp
 
 from rivulet.common.errors import AMBIGUOUS_COLUMN, UNDEFINED_COLUMN, UNDEFINED_TABLE, sql_error
 from rivulet.common.types import DataType
-from rivulet.sql.binder import position_of
+from rivulet.sql.parser import position_of
+from rivulet.stream.plan import PlanNode
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,3 +77,13 @@ class Scope:
             for i, c in enumerate(self.columns)
             if not c.hidden and (qualifier is None or c.qualifier == qualifier)
         ]
+
+
+@dataclass
+class Planned:
+    """A planned relation: its node, its scope, and the input columns rows are spread over
+    actors by (None: not known from the output, e.g. after an expression replaced them)."""
+
+    node: PlanNode
+    scope: Scope
+    dist: list[int] | None

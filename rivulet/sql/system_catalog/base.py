@@ -10,9 +10,33 @@ pg_class`` works like on PostgreSQL.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from rivulet.storage.state_store import META_SCHEMA
+
+if TYPE_CHECKING:
+    from rivulet.meta.catalog import Catalog
+    from rivulet.sql.activity import Activity
+
+
+class SessionView(Protocol):
+    """What the system relations show of the session that reads them (the binder's
+    ``BindContext`` is one): its catalog, user, search path, settings and everyone's
+    activity."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def search_path(self) -> tuple[str, ...]: ...
+    @property
+    def setting(self) -> Callable[[str], str | None]: ...
+    @property
+    def activity(self) -> Callable[[], list[Activity]]: ...
+
 
 SYS_SCHEMA = "rw_sys"
 META = META_SCHEMA
@@ -163,7 +187,7 @@ def sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def values(rows: list[tuple[object, ...]], names: list[str]) -> str:
+def values(rows: Sequence[tuple[object, ...]], names: list[str]) -> str:
     """``(VALUES ...) v(names)`` for constant rows (ints, strings, bools, None)."""
 
     def lit(v: object) -> str:
@@ -186,7 +210,7 @@ _ROW_SEP = "\x1e"  # ASCII record separator
 
 
 def constant_table(
-    name: str, columns: list[tuple[str, str]], rows: list[tuple[object, ...]]
+    name: str, columns: list[tuple[str, str]], rows: Sequence[tuple[object, ...]]
 ) -> str:
     """``CREATE TABLE name AS ...`` holding constant rows (no NULLs).
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from rivulet.meta.catalog import DEFAULT_DATABASE, SCHEMA_OIDS
 from rivulet.sql.session_config import VARIABLES
@@ -26,14 +25,12 @@ from rivulet.sql.system_catalog.base import (
     PK_INDEX_OID_BASE,
     ROOT_ROLE_OID,
     SYS_SCHEMA,
+    SessionView,
     SystemView,
     sql_str,
     values,
     view,
 )
-
-if TYPE_CHECKING:
-    from rivulet.sql.binder import BindContext
 
 S = SYS_SCHEMA
 PG_CATALOG_OID = SCHEMA_OIDS["pg_catalog"]
@@ -467,7 +464,7 @@ _SETTINGS_SELECT = {
 }
 
 
-def session_relation_sql(name: str, ctx: BindContext) -> str | None:
+def session_relation_sql(name: str, ctx: SessionView) -> str | None:
     """The query standing for a relation whose rows depend on the session (its settings,
     itself): ``pg_settings``, ``pg_stat_activity``."""
     if name == "pg_settings":
@@ -485,7 +482,7 @@ _ACTIVITY_COLUMNS = [
 ]  # fmt: skip
 
 
-def _activity_sql(ctx: BindContext) -> str:
+def _activity_sql(ctx: SessionView) -> str:
     """pg_stat_activity: a row per client session, as they are now."""
     rows = [
         (

@@ -26,16 +26,11 @@ meta): the binder lets them through; everything they wrap is still checked.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlglot import exp
 
 from rivulet.common.errors import UNDEFINED_FUNCTION, sql_error
 from rivulet.sql.scope import names_a_cte
-from rivulet.sql.system_catalog.base import SYS_SCHEMA
-
-if TYPE_CHECKING:
-    from rivulet.sql.binder import BindContext
+from rivulet.sql.system_catalog.base import SYS_SCHEMA, SessionView
 
 # The meta key the binder reads to leave an engine-built node alone (binder.INTERNAL).
 TRUSTED = "rw_internal"
@@ -117,7 +112,7 @@ def trusted_call(name: str, *args: exp.Expression) -> exp.Expression:
     return exp.Dot(this=exp.to_identifier(SYS_SCHEMA), expression=fn)
 
 
-def search_path_list(ctx: BindContext) -> list[str]:
+def search_path_list(ctx: SessionView) -> list[str]:
     """The schemas unqualified names resolve in: pg_catalog, then the search path."""
     path = [ctx.user if s == "$user" else s for s in ctx.search_path]
     if "pg_catalog" not in path:
@@ -125,11 +120,11 @@ def search_path_list(ctx: BindContext) -> list[str]:
     return path
 
 
-def _path_literal(ctx: BindContext) -> exp.Expression:
+def _path_literal(ctx: SessionView) -> exp.Expression:
     return exp.Array(expressions=[exp.Literal.string(s) for s in search_path_list(ctx)])
 
 
-def rewrite_pg_syntax(ast: exp.Expression, ctx: BindContext) -> exp.Expression:
+def rewrite_pg_syntax(ast: exp.Expression, ctx: SessionView) -> exp.Expression:
     """Translate the PostgreSQL syntax of ``ast`` (in place; returns the root)."""
     ast = _strip_function_qualifiers(ast)
     for column in list(ast.find_all(exp.Column)):
@@ -190,7 +185,7 @@ def _strip_function_qualifiers(ast: exp.Expression) -> exp.Expression:
     return ast
 
 
-def _rewrite_functions(ast: exp.Expression, ctx: BindContext) -> exp.Expression:
+def _rewrite_functions(ast: exp.Expression, ctx: SessionView) -> exp.Expression:
     for fn in list(ast.find_all(exp.Anonymous)):
         if fn.meta.get(TRUSTED):
             continue
@@ -218,7 +213,7 @@ def _rewrite_functions(ast: exp.Expression, ctx: BindContext) -> exp.Expression:
     return ast
 
 
-def _rewrite_tableoid(ast: exp.Expression, ctx: BindContext) -> None:
+def _rewrite_tableoid(ast: exp.Expression, ctx: SessionView) -> None:
     """The system column ``tableoid`` (psql's ``\\dd`` reads it): the OID of the relation
     a row comes from, for system relations and tables that have no such column."""
     from rivulet.meta.catalog import SYSTEM_SCHEMAS
@@ -254,7 +249,7 @@ def _rewrite_tableoid(ast: exp.Expression, ctx: BindContext) -> None:
             column.replace(_as_oid(exp.Literal.number(oid)))
 
 
-def _inline_session_relations(ast: exp.Expression, ctx: BindContext) -> None:
+def _inline_session_relations(ast: exp.Expression, ctx: SessionView) -> None:
     """pg_settings and pg_stat_activity show the session's own values: their rows are
     built here, as a subquery, rather than read from a view."""
     import sqlglot
@@ -279,7 +274,7 @@ def _inline_session_relations(ast: exp.Expression, ctx: BindContext) -> None:
         table.replace(sub)
 
 
-def _dynamic_setting(args: list[exp.Expression], ctx: BindContext) -> exp.Expression:
+def _dynamic_setting(args: list[exp.Expression], ctx: SessionView) -> exp.Expression:
     """``current_setting(expr)``: the session's value of every setting, picked at
     execution (NULL for an unknown name, as with ``missing_ok``)."""
     from rivulet.sql.session_config import VARIABLES
@@ -338,7 +333,7 @@ def _is_text(node: exp.Expression) -> bool:
     return False
 
 
-def _reg_in(kind: str, arg: exp.Expression, ctx: BindContext, *, strict: bool) -> exp.Expression:
+def _reg_in(kind: str, arg: exp.Expression, ctx: SessionView, *, strict: bool) -> exp.Expression:
     strict_lit = exp.true() if strict else exp.false()
     if kind == "regclass":
         node = trusted_call("regclass_in", arg, _path_literal(ctx), strict_lit)
@@ -348,7 +343,7 @@ def _reg_in(kind: str, arg: exp.Expression, ctx: BindContext, *, strict: bool) -
     return node
 
 
-def _reg_out(kind: str, value: exp.Expression, ctx: BindContext) -> exp.Expression:
+def _reg_out(kind: str, value: exp.Expression, ctx: SessionView) -> exp.Expression:
     if kind == "regclass":
         return trusted_call("regclass_out", value, _path_literal(ctx))
     return trusted_call(f"{kind}_out", value)
@@ -367,7 +362,7 @@ def _duckdb_type(name: str, dims: int) -> exp.DataType | None:
     return exp.DataType.build(stand_in + "[]" * dims, dialect="duckdb")
 
 
-def _rewrite_cast(cast: exp.Cast, ctx: BindContext) -> exp.Expression:
+def _rewrite_cast(cast: exp.Cast, ctx: SessionView) -> exp.Expression:
     operand = cast.this
     reg_kind = operand.meta.get(_REG_KIND)
     to = cast.args.get("to")
@@ -475,7 +470,7 @@ def _parse_pg_array(text: str) -> list[str | None]:
 # -------------------------------------------------------------------- outputs
 
 
-def _name_reg_outputs(ast: exp.Expression, ctx: BindContext) -> None:
+def _name_reg_outputs(ast: exp.Expression, ctx: SessionView) -> None:
     """A reg* value shown as a result column prints as the name it stands for."""
     for select in _output_selects(ast):
         new = []

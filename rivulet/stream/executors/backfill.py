@@ -45,12 +45,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rivulet.common.chunk import VNODE_COLUMN, Op, StreamChunk
-from rivulet.common.types import BIGINT, BOOLEAN, SMALLINT, arrow_type_of
+from rivulet.common.types import arrow_type_of
 from rivulet.common.vnode import VNODE_COUNT, compute_vnodes
 from rivulet.storage.state_table import StateTable, StateTableSchema, quote_ident
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.message import Barrier, Message
-from rivulet.stream.plan import REBUILT_SCAN_TYPE, SCAN_TYPES, PlanNode, StreamScanNode
+from rivulet.stream.state_layouts import LOG_OP, LOG_SEQ, PROGRESS_DONE, PROGRESS_ROW_COUNT
 
 # Rows per emitted chunk.
 EMIT_CHUNK_ROWS = 65536
@@ -67,46 +67,7 @@ MAX_EPOCH_ROWS = 4 << 20
 BURST_SECONDS = 1.0
 MIN_READ_SECONDS = 0.2
 
-_DONE = "done"
-_ROW_COUNT = "row_count"
-_SEQ = "seq"
-_OP = "op"
 _registration = itertools.count()
-
-
-# ------------------------------------------------------------------ state layouts
-def progress_state_schema(upstream: StateTableSchema) -> StateTableSchema:
-    """Per-vnode progress over ``upstream``: (_vnode; last pk read as ``pk0..``, done,
-    row_count). Keyed by the vnode alone; id assigned by the fragmenter."""
-    cols = tuple((f"pk{i}", upstream.columns[c][1]) for i, c in enumerate(upstream.pk))
-    cols += ((_DONE, BOOLEAN), (_ROW_COUNT, BIGINT))
-    return StateTableSchema(0, cols, (), ())
-
-
-def log_state_schema(upstream: StateTableSchema) -> StateTableSchema:
-    """A snapshot scan's log of upstream changes: (_vnode, seq; op, the upstream's stored
-    columns as ``c0..``), keyed by (vnode, seq), replayed in seq order."""
-    cols = ((_SEQ, BIGINT), (_OP, SMALLINT))
-    cols += tuple((f"c{i}", t) for i, (_, t) in enumerate(upstream.columns))
-    return StateTableSchema(0, cols, (0,), ())
-
-
-def apply_scan_type(root: PlanNode, scan_type: str, *, created: bool = False) -> None:
-    """Give every scan of a job's plan ``scan_type`` and the state tables it needs (ids 0:
-    the fragmenter assigns them): progress for all, a log for ``snapshot``. ``created``:
-    the job is rebuilt after its backfill completed - its scans keep the tables (a rebuilt
-    job's internal tables must stay the same) but only forward changes (``none``)."""
-    assert scan_type in SCAN_TYPES, scan_type
-    for node in root.walk():
-        if isinstance(node, StreamScanNode):
-            assert node.state_schema is not None
-            node.scan_type = REBUILT_SCAN_TYPE if created else scan_type
-            if node.progress_table is None:
-                node.progress_table = progress_state_schema(node.state_schema)
-            if scan_type == "snapshot":
-                node.log_table = log_state_schema(node.state_schema)
-            else:
-                node.log_table = None
 
 
 # ------------------------------------------------------------------ vectorized helpers
@@ -152,8 +113,10 @@ class VnodeProgress:
         if rows.num_rows == 0:
             return
         vn = np.asarray(rows.column(VNODE_COLUMN).to_numpy(), dtype=np.int64)
-        self.done[vn] = _bools(rows.column(_DONE).fill_null(False))
-        self.count[vn] = np.asarray(rows.column(_ROW_COUNT).fill_null(0).to_numpy(), np.int64)
+        self.done[vn] = _bools(rows.column(PROGRESS_DONE).fill_null(False))
+        self.count[vn] = np.asarray(
+            rows.column(PROGRESS_ROW_COUNT).fill_null(0).to_numpy(), np.int64
+        )
         position = np.full(VNODE_COUNT, -1, dtype=np.int64)
         position[vn] = np.arange(len(vn))
         index = pa.array(position, mask=position < 0)
@@ -590,7 +553,7 @@ class BackfillExecutor(Executor):
             rows = await self.ctx.run_blocking(partial(self._read_log, ARRANGEMENT_QUERY_ROWS))
             part = rows.slice(0, ARRANGEMENT_QUERY_ROWS)
             if part.num_rows:
-                self._replayed_seq = int(part.column(_SEQ)[part.num_rows - 1].as_py())
+                self._replayed_seq = int(part.column(LOG_SEQ)[part.num_rows - 1].as_py())
                 self._delete_log(part)
                 for chunk in self._log_chunks(part, np.ones(part.num_rows, dtype=bool)):
                     yield chunk
@@ -604,8 +567,8 @@ class BackfillExecutor(Executor):
         assert self.log_state is not None
         return cur.sql(
             f"SELECT * FROM {self.log_state.schema.physical_name}"
-            f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) AND {_SEQ} > ?"
-            f" ORDER BY {_SEQ} LIMIT {n + 1}",
+            f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) AND {LOG_SEQ} > ?"
+            f" ORDER BY {LOG_SEQ} LIMIT {n + 1}",
             params=[self._replayed_seq],
         ).to_arrow_table()
 
@@ -619,7 +582,7 @@ class BackfillExecutor(Executor):
         """Logged rows (``[_vnode, seq, op, c0..]``) as output changes (only ``keep``)."""
         logged = StreamChunk(
             rows.select(list(range(3, rows.num_columns))),
-            np.asarray(rows.column(_OP).to_numpy(), dtype=np.int8),
+            np.asarray(rows.column(LOG_OP).to_numpy(), dtype=np.int8),
         ).take(keep)
         data, ops = logged.data, logged.ops
         out = []
@@ -657,7 +620,7 @@ class BackfillExecutor(Executor):
         if self.log_state is not None:
             log = cur.sql(
                 f"SELECT * FROM {self.log_state.schema.physical_name}"
-                f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) ORDER BY {_SEQ}"
+                f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) ORDER BY {LOG_SEQ}"
             ).to_arrow_table()
         if (self.owned & ~self.progress.done).any():
             self._count(cur)

@@ -6,35 +6,15 @@ between, so every part of a statement lands in the same epoch in every actor of 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 from rivulet.common.chunk import StreamChunk
 from rivulet.stream.executor import ActorContext, Executor, Schema
+from rivulet.stream.inbox import Inbox
 from rivulet.stream.message import Message
 
 # Chunks waiting together in an inbox are passed on as one up to this many rows.
 _COALESCE_ROWS = 1 << 16
-
-
-class Inbox:
-    """Unbounded: a writer never waits, so a statement's parts are placed atomically."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[Message] = asyncio.Queue()
-
-    def put(self, msg: Message) -> None:
-        self._queue.put_nowait(msg)
-
-    async def get(self) -> Message:
-        return await self._queue.get()
-
-    def get_nowait(self) -> Message | None:
-        """The next message if one is waiting (a source checks between chunks)."""
-        try:
-            return self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
 
 
 class DmlExecutor(Executor):

@@ -144,7 +144,7 @@ class _Side:
     preserved: bool = False  # an outer join pads this side's unmatched rows
     # Cached rows (the state table's layout, ``[_vnode, c0.., _degree?]``) of the keys in
     # ``loaded``; every key in ``loaded`` has all its rows here.
-    rows: pa.Table = None  # type: ignore[assignment]
+    rows: pa.Table = None
     # The cached rows' state keys (normalized join key k0.., other stream key columns
     # p0..) and positions (__ri), built when first needed.
     row_index: pl.DataFrame | None = None

@@ -32,7 +32,7 @@ from rivulet.common.vnode import VNODE_COUNT
 from rivulet.storage.state_table import StateTable
 from rivulet.stream.connectors import Connector
 from rivulet.stream.executor import ActorContext, Executor, Schema
-from rivulet.stream.executors.dml import Inbox
+from rivulet.stream.inbox import Inbox
 from rivulet.stream.message import Barrier, Message
 
 # A paced source emits the rows due when a barrier comes (they belong to its epoch) and

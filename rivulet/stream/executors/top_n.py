@@ -186,7 +186,7 @@ class TopNExecutor(EpochBatchedExecutor):
         if mark is not None:
             cols["m"] = pa.array(mark)
             keys.append(("m", "ascending"))
-        sort_table = pa.table(cols)  # type: ignore[arg-type]
+        sort_table = pa.table(cols)
         return np.asarray(pc.sort_indices(sort_table, sort_keys=keys).to_numpy())
 
     def _order_sql(self) -> str:
