@@ -47,7 +47,7 @@ from rivulet.stream.plan import (
     PlanNode,
     StreamScanNode,
 )
-from rivulet.stream.runtime import RunningJob, StreamRuntime
+from rivulet.stream.runtime import RunningJob, StreamRuntime, wait_finished
 from rivulet.stream.state_layouts import apply_scan_type
 
 
@@ -647,6 +647,8 @@ class DdlController:
         # they run, so that the stop barrier reaches them.
         await self.barrier.wait_recovered()
         actors = frozenset(a for job in self.runtime.jobs.values() for a in job.actors)
+        stopping = self.runtime.actor_tasks()
+        losses = self.barrier.loss_count
         self.barrier.pause()
         try:
             epoch = self.barrier.inject(mutation=StopActors(actors), change=change)
@@ -666,10 +668,12 @@ class DdlController:
                 )
                 self.barrier.recover(error)
                 raise error from None
-            for job in self.runtime.jobs.values():
-                for actor in job.actors.values():
-                    if actor.task is not None:
-                        await actor.task
+            await wait_finished(stopping)
+            if self.barrier.loss_count != losses:
+                # A recovery came after the stop's commit and rebuilt every job from the
+                # catalog, ``change`` included: the rebuild is done (by it), and the actors
+                # now running are the recovery's, never stopped by this barrier.
+                return
             # After the commit: ``change`` (e.g. a backfill marked done) is in the catalog.
             pinned = self.pinned_counts()
             pending = self.runtime.take_stopped()
@@ -727,14 +731,10 @@ class DdlController:
                 (f"DELETE FROM {META_SCHEMA}.stream_errors WHERE job_id = ?", [victim.id])
             )
             self.catalog.remove_table(victim, change)
+        stopping = self.runtime.actor_tasks(v.id for v in victims)
         await self.barrier.checkpoint(change, mutation=StopActors(frozenset(actors)))
+        await wait_finished(stopping, timeout=5)
         for victim in victims:
-            job = self.runtime.jobs.get(victim.id)
-            if job is not None:
-                for actor in job.actors.values():
-                    if actor.task is not None:
-                        with contextlib.suppress(Exception):
-                            await asyncio.wait_for(asyncio.shield(actor.task), 5)
             self.runtime.forget_job(victim.id)
             self.fragment_ids.pop(victim.id, None)
         # A creating backfill that could not move held the jobs it read: they go to their

@@ -9,7 +9,9 @@ barrier that starts the job. DML reaches a table's actors through their inboxes.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -228,6 +230,16 @@ class StreamRuntime:
             for actor_id in job.actors:
                 self.services.barrier_sink.unregister_actor(actor_id)
 
+    def actor_tasks(self, job_ids: Iterable[int] | None = None) -> list[asyncio.Task[None]]:
+        """The tasks of these jobs' actors (every job's by default), taken before a stop
+        barrier so that the wait for them is not confused by actors started later."""
+        jobs = (
+            self.jobs.values()
+            if job_ids is None
+            else [self.jobs[j] for j in job_ids if j in self.jobs]
+        )
+        return [a.task for job in jobs for a in job.actors.values() if a.task is not None]
+
     def take_stopped(self) -> list[tuple[int, StreamChunk]]:
         """Forget every job, whose actors all stopped at a barrier, and return the DML
         chunks that arrived after it, as (table id, chunk) in arrival order per actor:
@@ -288,3 +300,13 @@ def _owned(fragment: Fragment, index: int) -> np.ndarray:
     if fragment.mapping is None:
         return np.ones(VNODE_COUNT, dtype=bool)
     return fragment.mapping == index
+
+
+async def wait_finished(tasks: list[asyncio.Task[None]], timeout: float | None = None) -> bool:
+    """Wait until every task has ended (returned, failed or been cancelled by a recovery),
+    without raising what they raised: a stop waits for actors, it does not judge them.
+    False if ``timeout`` came first."""
+    if not tasks:
+        return True
+    _, pending = await asyncio.wait(tasks, timeout=timeout)
+    return not pending

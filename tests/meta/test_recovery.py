@@ -19,6 +19,7 @@ from faults import POISON, Fault
 import rivulet
 from rivulet.common.errors import ADMIN_SHUTDOWN, sql_error
 from rivulet.meta.recovery import Backoff, FailureCause
+from rivulet.stream.message import StopActors
 
 MVS = {
     "m_filter": "SELECT id, k, v FROM t WHERE v >= 0",
@@ -376,3 +377,66 @@ def test_a_write_placed_just_before_a_recovery_is_applied_or_fails(
     stored = con.execute("SELECT count(*) FROM t WHERE id = 5000").fetchone() == (1,)
     assert stored == acknowledged, "acknowledged but lost" if acknowledged else "failed but in"
     assert_oracle(con)
+
+
+@pytest.mark.parametrize("statement", ["ALTER", "backfill done"])
+def test_a_recovery_right_after_a_reschedules_stop_barrier_does_not_hang_it(
+    con: rivulet.Connection, monkeypatch: pytest.MonkeyPatch, statement: str
+) -> None:
+    """A reschedule stops every actor with one barrier, waits for its commit, then builds
+    the jobs again. A recovery (another session's RECOVER, a failing actor) that runs
+    between that commit and the rebuild has already rebuilt every job from the catalog:
+    the reschedule must see that and return, not wait for the recovery's actors to stop
+    (they never will) while it holds the DDL lock, which hung every later DDL."""
+    setup(con)
+    eng = engine(con)
+    inject, wait_committed = eng.barrier.inject, eng.barrier.wait_committed
+    stop_epochs: list[int] = []
+    recovered: list[int] = []
+
+    def recording_inject(**kwargs):  # type: ignore[no-untyped-def]
+        epoch = inject(**kwargs)
+        if isinstance(kwargs.get("mutation"), StopActors):
+            stop_epochs.append(epoch)
+        return epoch
+
+    async def recover_after_the_stop(epoch: int, *args, **kwargs) -> int:  # type: ignore[no-untyped-def]
+        done = await wait_committed(epoch, *args, **kwargs)
+        if stop_epochs and epoch == stop_epochs[0] and not recovered:
+            recovered.append(epoch)
+            eng.barrier.recover(
+                sql_error(ADMIN_SHUTDOWN, "the stream jobs were rebuilt by RECOVER"),
+                FailureCause("RECOVER", manual=True),
+            )
+        return done
+
+    monkeypatch.setattr(eng.barrier, "inject", recording_inject)
+    monkeypatch.setattr(eng.barrier, "wait_committed", recover_after_the_stop)
+    if statement == "ALTER":
+        con.execute("ALTER MATERIALIZED VIEW m_agg SET PARALLELISM = 1")
+    else:
+        # A backfill that ends rebuilds its job at its normal policy (here 2 actors).
+        con.execute("SET streaming_parallelism_for_backfill = 1")
+        con.execute("CREATE MATERIALIZED VIEW m_late AS SELECT id, v FROM t")
+        con.execute("WAIT")
+    assert recovered, "the recovery did not run"
+    monkeypatch.undo()
+    con.execute("ALTER MATERIALIZED VIEW m_filter SET PARALLELISM = 1")  # DDL goes on
+    con.execute("INSERT INTO t VALUES (9000, 1, 1)")
+    assert_oracle(con)
+    if statement == "ALTER":
+        assert actor_count(con, "m_agg") == 1
+    else:
+        assert con.execute("SELECT count(*) FROM m_late").fetchone() == (101,)
+        assert actor_count(con, "m_late") == 2
+
+
+def actor_count(con: rivulet.Connection, name: str) -> int:
+    """How many actors the job's widest fragment runs."""
+    row = con.execute(
+        "SELECT max(f.parallelism) FROM rw_fragments f JOIN rw_streaming_jobs j"
+        " ON f.table_id = j.id WHERE j.name = %s",
+        [name],
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
