@@ -428,8 +428,8 @@ def test_an_mv_with_an_exchange_is_never_ahead_of_its_table(backfill_type: str) 
     """MVs created while a connector table fills, read in one snapshot after FLUSH: an
     aggregation (a scan fragment, then a hash exchange) holds exactly the table's rows.
 
-    Open: with arrangement scans at parallelism 2 and another MV on the table created
-    first, about one run in ten (under CPU load) commits an epoch in which the
+    Open: with arrangement scans at parallelism 2, about one run in ten (under CPU
+    load, with other MVs on the table) commits an epoch in which the
     aggregation already counts some of the rows the table only commits with the next
     epoch (read straight from the store: the table holds exactly what its materialize
     wrote up to that epoch); a later epoch agrees again. The scan's reads and forwarded
