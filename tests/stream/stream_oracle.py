@@ -1,6 +1,7 @@
-"""What the streaming oracle tests share: SQL literals for generated rows, and query
+"""What the streaming oracle tests share: SQL literals for generated rows, query
 results in a comparable form (sorted; floats to 9 significant digits, decimals
-normalized, string_agg results as their sorted parts)."""
+normalized, string_agg results as their sorted parts), and an MV compared with its query
+in one snapshot."""
 
 from __future__ import annotations
 
@@ -38,3 +39,13 @@ def sorted_rows(cur: rivulet.Cursor, sql: str, aggs: dict[int, str] | None = Non
     if aggs is not None:
         rows = [tuple(normalized(v, aggs.get(i)) for i, v in enumerate(r)) for r in rows]
     return sorted(rows, key=repr)
+
+
+def differences(conn: rivulet.Connection, view: str, query: str) -> int:
+    """Rows in which ``view`` and ``query`` differ as multisets, read in one snapshot: the
+    sources keep committing epochs between two statements."""
+    mv = f"SELECT * FROM {view}"
+    (n,) = conn.execute(
+        f"SELECT count(*) FROM (({mv} EXCEPT ALL {query}) UNION ALL ({query} EXCEPT ALL {mv})) AS d"
+    ).fetchone()
+    return int(n)

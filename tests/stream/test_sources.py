@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
+from stream_oracle import differences
 
 import rivulet
 from rivulet.common.chunk import ROW_ID_COLUMN
@@ -79,19 +80,6 @@ def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
 
 def multiset(conn: rivulet.Connection, sql: str) -> Counter[tuple[object, ...]]:
     return Counter(rows(conn, sql))
-
-
-def differences(conn: rivulet.Connection, view: str, query: str) -> int:
-    """Rows in which ``view`` and ``query`` differ as multisets, read in one snapshot: the
-    sources keep committing epochs between two statements."""
-    mv = f"SELECT * FROM {view}"
-    return int(
-        rows(
-            conn,
-            f"SELECT count(*) FROM (({mv} EXCEPT ALL {query}) UNION ALL"
-            f" ({query} EXCEPT ALL {mv})) AS d",
-        )[0][0]
-    )
 
 
 @pytest.fixture
