@@ -421,7 +421,7 @@ def test_a_snapshot_scan_holds_a_bounded_part_of_a_large_snapshot() -> None:
         assert max(held) < table_bytes / 6, (held, table_bytes)
 
 
-# --------------------------------------------------------------- known inconsistency
+# ------------------------------------------------------ epochs across an exchange
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("backfill_type", ["arrangement", "no_shuffle"])
@@ -429,13 +429,11 @@ def test_an_mv_with_an_exchange_is_never_ahead_of_its_table(backfill_type: str) 
     """MVs created while a connector table fills, read in one snapshot after FLUSH: an
     aggregation (a scan fragment, then a hash exchange) holds exactly the table's rows.
 
-    Open: with arrangement scans at parallelism 2, about one run in ten (under CPU
-    load, with other MVs on the table) commits an epoch in which the
-    aggregation already counts some of the rows the table only commits with the next
-    epoch (read straight from the store: the table holds exactly what its materialize
-    wrote up to that epoch); a later epoch agrees again. The scan's reads and forwarded
-    changes match the table's epochs row by row, so the early rows enter after the scan.
-    The single-fragment MV next to it is never off, nor is the plan with no_shuffle."""
+    A regression test: the merge in front of the aggregation once passed a barrier only
+    after rows of the next epoch from an input that had delivered it, when a lower input
+    completed the alignment; about one run in ten under CPU load committed an epoch that
+    counted some of the rows the table commits with the next one (and a crash between
+    the two epochs doubled them). The unit form is in test_barrier_align.py."""
     pace = "nexmark.min.event.gap.in.ns = '1000000', nexmark.event.num = '10000'"
     queries = {
         "per_auction": "SELECT auction, count(*) AS n, max(price) AS top, sum(price) AS s"

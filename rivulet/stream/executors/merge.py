@@ -43,8 +43,12 @@ class MergeExecutor(Executor):
                 took = True
                 if isinstance(msg, StreamChunk):
                     yield msg
-                else:
-                    passed = aligner.arrive(i, msg) or passed
+                    continue
+                passed = aligner.arrive(i, msg)
+                if passed is not None:
+                    # The alignment is complete and every input readable again: the rest
+                    # of this pass would read the next epoch's rows before the barrier.
+                    break
             if passed is not None:
                 yield passed
                 continue
