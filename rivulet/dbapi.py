@@ -128,13 +128,13 @@ class Connection:
         """Add a worker with ``slots`` slots; adaptive jobs spread onto it online. Returns
         its id once the new layout is committed."""
         self._check_open()
-        return self._thread.run(self._thread.engine.ddl.add_worker(slots))
+        return self._thread.run(self._thread.engine.ddl.scale.add_worker(slots))
 
     def remove_worker(self, worker_id: int) -> None:
         """Remove a worker; its actors move to the other workers online. The last worker
         cannot be removed."""
         self._check_open()
-        self._thread.run(self._thread.engine.ddl.remove_worker(worker_id))
+        self._thread.run(self._thread.engine.ddl.scale.remove_worker(worker_id))
 
     def close(self) -> None:
         if self.closed:

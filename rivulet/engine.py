@@ -143,7 +143,7 @@ class Engine:
                 ),
             )
             self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
-            self.barrier.epoch_writers.append(self.ddl.progress.writer)
+            self.barrier.epoch_writers.append(self.ddl.creating.progress.writer)
             self.barrier.epoch_writers.append(self.barrier.recovery_log.writer)
             self.params.on_change.append(self._apply_system_param)
             self.frontend = FrontendContext(
@@ -183,17 +183,17 @@ class Engine:
         if self._restart_since is not None:
             self.barrier.record_restart(self._restart_since)
         self.barrier.start()
-        self.ddl.progress.restore()
+        self.ddl.creating.progress.restore()
         # Deferred parallelism targets are applied by this rebuild and recorded at once.
         change = CatalogChange()
-        jobs = self.ddl.start_existing(change, self.ddl.pinned_counts())
+        jobs = self.ddl.jobs.start_existing(change, self.ddl.scale.pinned_counts())
         replace_graph(jobs, change)
         self.store.run_setup(change.statements)
         change.committed()
         for job in jobs:
             self.runtime.start_job(job)
         self._watcher = asyncio.get_running_loop().create_task(
-            self.ddl.watch_backfills(), name="backfill-watch"
+            self.ddl.creating.watch_backfills(), name="backfill-watch"
         )
 
     def _apply_system_param(self, name: str, value: str) -> None:
@@ -235,10 +235,10 @@ class Engine:
         last committed checkpoint. Synchronous, so no statement sees it half done: the
         rebuilt jobs take writes at once. Returns what starts their actors (the barrier
         manager calls it, after a backoff when failures repeat)."""
-        pinned = self.ddl.pinned_counts()
+        pinned = self.ddl.scale.pinned_counts()
         self.runtime.abort_all()
         change = CatalogChange()
-        jobs = self.ddl.start_existing(change, pinned)
+        jobs = self.ddl.jobs.start_existing(change, pinned)
         replace_graph(jobs, change)
         # Recovery runs when no commit is under way (the barrier manager defers it until
         # the running one ends): the rebuilt layout is written at once, outside any epoch.
@@ -288,10 +288,10 @@ class Engine:
     def _rebuild_domain(self, domain: FailureDomain) -> Callable[[], None]:
         """After a failure in ``domain``: drop its actors and rebuild its jobs from the
         last committed checkpoint; the other jobs run on. Returns what starts them."""
-        pinned = self.ddl.pinned_counts()
+        pinned = self.ddl.scale.pinned_counts()
         self.runtime.abort_jobs(domain.jobs)
         change = CatalogChange()
-        jobs = self.ddl.start_existing(change, pinned, only=domain.jobs)
+        jobs = self.ddl.jobs.start_existing(change, pinned, only=domain.jobs)
         replace_graph(jobs, change, only=True)
         # No commit is under way (the barrier manager waits for a running one).
         self.store.run_setup(change.statements)

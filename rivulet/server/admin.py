@@ -327,7 +327,7 @@ class AdminServer:
                 if method == "GET":
                     return 200, self._workers(), {}
                 if method == "POST":
-                    worker_id = await self.engine.ddl.add_worker(_slots(body))
+                    worker_id = await self.engine.ddl.scale.add_worker(_slots(body))
                     return 201, {"id": worker_id, "workers": self._workers()}, {}
                 raise HttpError(
                     405,
@@ -337,7 +337,7 @@ class AdminServer:
             if not _WORKER_ID.fullmatch(parts[2]):
                 raise HttpError(404, "a worker id is a number: /workers/<id>")
             if method == "DELETE":
-                await self.engine.ddl.remove_worker(int(parts[2]))
+                await self.engine.ddl.scale.remove_worker(int(parts[2]))
                 return 200, {"workers": self._workers()}, {}
             raise HttpError(
                 405, f"method {method} is not allowed on /workers/<id>", headers={"Allow": "DELETE"}

@@ -212,7 +212,7 @@ def test_an_alter_that_cannot_finish_gives_up_and_changes_nothing() -> None:
     con = rivulet.connect(workers=1, slots=2)
     setup(con)
     ddl = con._thread.engine.ddl
-    ddl.reschedule_timeout_s = 0.0  # no stop barrier commits that fast
+    ddl.scale.reschedule_timeout_s = 0.0  # no stop barrier commits that fast
     with pytest.raises(rivulet.OperationalError) as info:
         con.execute("ALTER MATERIALIZED VIEW m_agg SET PARALLELISM = 1")
     assert info.value.sqlstate == "57014"
@@ -221,7 +221,7 @@ def test_an_alter_that_cannot_finish_gives_up_and_changes_nothing() -> None:
         "SELECT parallelism, reconcile_status FROM rw_streaming_jobs WHERE name = 'm_agg'"
     ).fetchone()
     assert state == ("adaptive", "in_sync")
-    ddl.reschedule_timeout_s = 60.0
+    ddl.scale.reschedule_timeout_s = 60.0
     con.execute("INSERT INTO t VALUES (9000, 1, 1)")
     con.execute("ALTER MATERIALIZED VIEW m_agg SET PARALLELISM = 1")
     assert set(live_parallelism(con, "m_agg")) == {1}

@@ -71,9 +71,9 @@ async def _alter_parallelism(session: Session, tree: dialect.AlterJobSetting) ->
     deferred = bool(tree.args.get("deferred"))
     if tree.args["setting"] == "backfill_parallelism":
         policy = None if raw.lower() == "default" else normalize_policy(raw)
-        await session.ctx.ddl.alter_backfill_parallelism(table, policy, deferred=deferred)
+        await session.ctx.ddl.scale.alter_backfill_parallelism(table, policy, deferred=deferred)
         return command(f"ALTER {kind}")
-    await session.ctx.ddl.alter_parallelism(table, _target_policy(raw), deferred=deferred)
+    await session.ctx.ddl.scale.alter_parallelism(table, _target_policy(raw), deferred=deferred)
     return command(f"ALTER {kind}")
 
 
@@ -90,7 +90,7 @@ def explain_alter(session: Session, tree: exp.Expression) -> list[str]:
     if wanted is None:
         raise sql_error(FEATURE_NOT_SUPPORTED, f"EXPLAIN ALTER {kind} is not supported")
     table = _job(session, tree.this, wanted)
-    return session.ctx.ddl.explain_reschedule(table, _target_policy(_raw_value(tree)))
+    return session.ctx.ddl.scale.explain_reschedule(table, _target_policy(_raw_value(tree)))
 
 
 def _raw_value(tree: dialect.AlterJobSetting) -> str:
@@ -123,7 +123,7 @@ async def _alter_rate_limit(session: Session, tree: dialect.AlterJobSetting) -> 
             " VIEW name SET BACKFILL_RATE_LIMIT = n | 0 | DEFAULT.",
         )
     table = _job(session, tree.this, wanted)
-    await session.ctx.ddl.alter_backfill_rate_limit(table, parse_rate_limit(_raw_value(tree)))
+    await session.ctx.ddl.scale.alter_backfill_rate_limit(table, parse_rate_limit(_raw_value(tree)))
     return command("ALTER MATERIALIZED VIEW")
 
 

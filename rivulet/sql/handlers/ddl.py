@@ -257,7 +257,7 @@ async def _create_materialized_view(
     if rate_limit is None:
         rate_limit = parse_rate_limit(config.get("backfill_rate_limit"))
     backfill_parallelism = config.get("streaming_parallelism_for_backfill")
-    created = await session.ctx.ddl.create_materialized_view(
+    created = await session.ctx.ddl.jobs.create_materialized_view(
         planned,
         if_not_exists=if_not_exists,
         background=config.get("background_ddl") == "true",
@@ -282,7 +282,9 @@ async def _create_table(session: Session, stmt: Statement, ast: exp.Create) -> S
             )
         return await _create_table_as(session, stmt, ast)
     table = table_entry(session, stmt, ast)
-    created = await session.ctx.ddl.create_table(table, if_not_exists=bool(ast.args.get("exists")))
+    created = await session.ctx.ddl.jobs.create_table(
+        table, if_not_exists=bool(ast.args.get("exists"))
+    )
     if not created:
         return command("CREATE_TABLE", Notice(f'relation "{table.name}" already exists, skipping'))
     return command("CREATE_TABLE")
@@ -490,7 +492,7 @@ async def _create_source(session: Session, stmt: Statement, ast: exp.Create) -> 
         connector=connector.lower(),
         options=tuple(options.items()),
     )
-    created = await session.ctx.ddl.create_source(source, if_not_exists=if_not_exists)
+    created = await session.ctx.ddl.jobs.create_source(source, if_not_exists=if_not_exists)
     if not created:
         return command("CREATE_SOURCE", Notice(f'relation "{name}" already exists, skipping'))
     return command("CREATE_SOURCE")
@@ -596,7 +598,7 @@ async def _create_table_as(session: Session, stmt: Statement, ast: exp.Create) -
             t = DataType.numeric(38, 0)
         columns.append(ColumnCatalog(col_name, t))
     table = build_table(schema, name, columns, [], stmt.text)
-    await session.ctx.ddl.create_table(table)
+    await session.ctx.ddl.jobs.create_table(table)
     created = session.ctx.catalog.get_table(schema, name)
     assert created is not None
     try:
@@ -605,7 +607,7 @@ async def _create_table_as(session: Session, stmt: Statement, ast: exp.Create) -
         # The statement failed: the table it created goes too. (Creating it and writing
         # its rows are two epochs; a crash between them can still leave it empty.)
         try:
-            await session.ctx.ddl.drop(created)
+            await session.ctx.ddl.jobs.drop(created)
         except Exception:
             pass
         raise
@@ -668,5 +670,5 @@ async def handle_drop(session: Session, stmt: Statement, params: list[object]) -
     cascade = bool(ast.args.get("cascade"))
     for table in targets:
         if table.id in session.ctx.catalog.tables:  # not dropped by an earlier CASCADE
-            await session.ctx.ddl.drop(table, cascade=cascade)
+            await session.ctx.ddl.jobs.drop(table, cascade=cascade)
     return command(tag, *notices)

@@ -29,7 +29,7 @@ async def handle_flush(session: Session, stmt: Statement, params: list[object]) 
 
 async def handle_wait(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     """Return once no job is creating (background DDL included)."""
-    await session.ctx.ddl.wait_all_created(lambda: session.cancel_requested)
+    await session.ctx.ddl.creating.wait_all_created(lambda: session.cancel_requested)
     return command("WAIT")
 
 
@@ -75,7 +75,7 @@ async def handle_cancel_jobs(
                 hint="SHOW JOBS lists the jobs that can be cancelled.",
             )
     for job_id in ids:
-        await session.ctx.ddl.cancel_job(job_id)
+        await session.ctx.ddl.jobs.cancel_job(job_id)
     return command("CANCEL_JOBS")
 
 

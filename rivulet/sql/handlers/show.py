@@ -82,7 +82,7 @@ async def handle_show(session: Session, stmt: Statement, params: list[object]) -
     if what == "jobs":
         return rows_result(
             ["Id", "Statement", "Create Type", "Progress"],
-            [r[:4] for r in session.ctx.ddl.progress.rows()],
+            [r[:4] for r in session.ctx.ddl.creating.progress.rows()],
         )
     if what == "all":
         return rows_result(["Name", "Setting", "Description"], session.config.all())

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from rivulet.meta.catalog import ColumnCatalog, TableCatalog, check_column_names
-from rivulet.meta.ddl_controller import PlannedMaterializedView
+from rivulet.meta.job_manager import PlannedMaterializedView
 from rivulet.sql.binder import Binder
 from rivulet.sql.planner.planner import StreamPlanner, prune_join_columns
 from rivulet.sql.planner.scope import Planned
