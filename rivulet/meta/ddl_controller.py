@@ -1,6 +1,6 @@
 """DDL: the job manager, the scale controller and the creating-jobs tracker, built
 together over what they share (``ddl_shared``). Statements reach them as ``ddl.jobs``,
-``ddl.scale`` and ``ddl.creating``; DDL statements run one at a time (``ddl.lock``).
+``ddl.scale`` and ``ddl.creating``; DDL statements run one at a time (the shared lock).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ class DdlController:
         automatic_parallelism: Callable[[], bool] = lambda: True,
     ) -> None:
         shared = DdlShared(catalog, runtime, barrier, cluster, backfill)
-        self.lock = shared.lock
-        self.catalog = catalog
         self.cluster = cluster
         self.scale = ScaleController(
             shared,
