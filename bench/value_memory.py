@@ -1,12 +1,14 @@
 """What one long value costs in memory, by the shape of the job it passes through.
 
-    python bench/value_memory.py [--mb 10] [--rows 1] [--data-dir]
+    python bench/value_memory.py [--mb 10] [--rows 1] [--rewrites 20] [--data-dir]
 
 Each shape runs in a fresh process (an embedded, in-memory instance, or on a temporary
 data directory): a table ``t (id, g, v)``, a job over it - none, ``count(*)`` or
 ``string_agg(v)`` grouped by ``g`` - and ``--rows`` rows whose ``v`` is ``--mb`` MB long,
 written one INSERT each into the same group. Prints the resident memory each adds and
 keeps a second after (retained), and its peak meanwhile (VmHWM, reset before the writes).
+Then ``--rewrites`` one-character rows go into the same group, each rewriting the group's
+result, and what is retained after them is printed too (it must not grow with them).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ def _status_mib(key: str) -> float:
     raise KeyError(key)
 
 
-def run_shape(mv: str | None, mb: int, rows: int, data_dir: str | None) -> None:
-    """In this process: the figures of one shape, printed as ``retained peak``."""
+def run_shape(mv: str | None, mb: int, rows: int, rewrites: int, data_dir: str | None) -> None:
+    """In this process: the figures of one shape, printed as ``retained peak after``."""
     import rivulet
 
     con = rivulet.connect(data_dir)
@@ -53,7 +55,12 @@ def run_shape(mv: str | None, mb: int, rows: int, data_dir: str | None) -> None:
     del big
     gc.collect()
     time.sleep(1)
-    print(f"{_status_mib('VmRSS') - base:.0f} {_status_mib('VmHWM') - base:.0f}")
+    retained, peak = _status_mib("VmRSS") - base, _status_mib("VmHWM") - base
+    for i in range(rewrites):
+        con.execute("INSERT INTO t VALUES (%s, 0, 'z')", [rows + 1 + i])
+    gc.collect()
+    time.sleep(1)
+    print(f"{retained:.0f} {peak:.0f} {_status_mib('VmRSS') - base:.0f}")
     con.close()
 
 
@@ -61,21 +68,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=10)
     ap.add_argument("--rows", type=int, default=1)
+    ap.add_argument("--rewrites", type=int, default=20)
     ap.add_argument("--data-dir", action="store_true", help="on a data directory")
     ap.add_argument("--shape", help=argparse.SUPPRESS)  # the child process's part
     args = ap.parse_args()
     if args.shape is not None:
         with tempfile.TemporaryDirectory() as tmp:
-            run_shape(SHAPES[args.shape], args.mb, args.rows, tmp if args.data_dir else None)
+            where = tmp if args.data_dir else None
+            run_shape(SHAPES[args.shape], args.mb, args.rows, args.rewrites, where)
         return
     where = "data directory" if args.data_dir else "in memory"
     print(f"{args.rows} row(s) of {args.mb} MB into one group, {where}:")
     for name in SHAPES:
         cmd = [sys.executable, __file__, "--shape", name, "--mb", str(args.mb)]
-        cmd += ["--rows", str(args.rows)] + (["--data-dir"] if args.data_dir else [])
+        cmd += ["--rows", str(args.rows), "--rewrites", str(args.rewrites)]
+        cmd += ["--data-dir"] if args.data_dir else []
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
-        retained, peak = float(out[-2]), float(out[-1])
-        print(f"  {name:<14}  retained +{retained:4.0f} MiB   peak +{peak:4.0f} MiB")
+        retained, peak, after = map(float, out[-3:])
+        print(
+            f"  {name:<14}  retained +{retained:4.0f} MiB   peak +{peak:4.0f} MiB"
+            f"   after {args.rewrites} rewrites +{after:4.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

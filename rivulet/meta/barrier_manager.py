@@ -353,8 +353,13 @@ class BarrierManager:
         for writer in self.epoch_writers:
             if (write := writer()) is not None:
                 writes.append(write)
+        nbytes = sum(m.nbytes for _, m in state.sealed)
         if writes:
-            await loop.run_in_executor(self._executor, self.store.commit_epoch, state.epoch, writes)
+            # What the in-memory fold counts: rows that replace or delete others.
+            replacing = sum(m.nbytes for _, m in state.sealed if m.overwrites)
+            await loop.run_in_executor(
+                self._executor, self.store.commit_epoch, state.epoch, writes, replacing
+            )
         for table, _ in state.sealed:
             table.committed(state.epoch)
         for change in state.changes:
@@ -364,7 +369,7 @@ class BarrierManager:
         del self._inflight[state.epoch]
         large = (
             sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS
-            or sum(m.nbytes for _, m in state.sealed) >= _RELEASE_AFTER_BYTES
+            or nbytes >= _RELEASE_AFTER_BYTES
         )
         state.sealed = []  # freed before the release below, not after it
         if large:

@@ -55,6 +55,10 @@ EPOCH_FILE_NAME = "EPOCH"
 # Bumped whenever the on-disk layout changes incompatibly.
 FORMAT_VERSION = 1
 
+# An in-memory store checkpoints after about this many bytes of rows that replaced or
+# deleted others (DuckDB's threshold for a file's log), which frees the old versions:
+# see _fold_in_memory.
+IN_MEMORY_FOLD_BYTES = 16 << 20
 STATE_SCHEMA = "state"
 META_SCHEMA = "meta"
 
@@ -219,6 +223,7 @@ class StateStore:
 
     def __init__(self, directory: str | os.PathLike[str] | None, options: StoreOptions) -> None:
         self.directory = Path(directory) if directory is not None else None
+        self._unfolded_bytes = 0
         self._lock: DataDirLock | None = None
         self.path = ":memory:"
         self._epoch_fd: int | None = None
@@ -278,6 +283,8 @@ class StateStore:
             "memory_limit": options.memory_limit,
             # PostgreSQL semantics: 5 / 2 = 2 for integers.
             "integer_division": True,
+            "allocator_flush_threshold": "8MiB",
+            "allocator_bulk_deallocation_flush_threshold": "8MiB",
         }
         # One query's DuckDB threads (its own and the shared workers) leave a core to
         # the dataflow and the event loop: every query runs on all but one core.
@@ -529,11 +536,14 @@ class StateStore:
         self,
         epoch: int,
         writes: Iterable[Callable[[duckdb.DuckDBPyConnection], None]],
+        nbytes: int = 0,
     ) -> None:
         """Apply every write of one epoch in one DuckDB transaction, with the epoch.
 
         ``writes`` are callables that issue statements on the given cursor. If any fails,
-        nothing of the epoch is applied and the error propagates.
+        nothing of the epoch is applied and the error propagates. ``nbytes``: about how
+        much of what they write replaces or deletes stored rows (what the in-memory fold
+        counts; rows only added leave no old versions behind).
         """
         if epoch <= self.committed_epoch:
             raise ValueError(f"epoch {epoch} is not after committed epoch {self.committed_epoch}")
@@ -550,10 +560,28 @@ class StateStore:
                     cur.execute("ROLLBACK")
                 raise
             self.committed_epoch = epoch
+            self._fold_in_memory(cur, nbytes)
             try:
                 self._mark_epoch(epoch)
             except OSError:  # the epoch is committed; the marker merely lags
                 log.warning("could not record epoch %d in %s", epoch, EPOCH_FILE_NAME)
+
+    def _fold_in_memory(self, cur: duckdb.DuckDBPyConnection, nbytes: int) -> None:
+        """In memory, DuckDB keeps the old versions of updated rows and the long strings
+        of deleted ones until a CHECKPOINT, which it never runs by itself there (a file
+        database runs one as its log grows): a job rewriting one long value would grow
+        without bound. So fold after each ``IN_MEMORY_FOLD_BYTES`` of such rewrites. A fold
+        refused while a reader holds a snapshot is tried again after the next commit."""
+        if self.directory is not None:
+            return
+        self._unfolded_bytes += nbytes
+        if self._unfolded_bytes < IN_MEMORY_FOLD_BYTES:
+            return
+        try:
+            cur.execute("CHECKPOINT")
+        except duckdb.Error:
+            return
+        self._unfolded_bytes = 0
 
     def checkpoint(self) -> None:
         """Fold DuckDB's write-ahead log into the database file."""

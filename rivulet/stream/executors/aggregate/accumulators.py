@@ -30,6 +30,10 @@ from rivulet.stream.executors.aggregate.wide_sum import (
 )
 from rivulet.stream.plan import AggCall
 
+# A string or binary state series is copied compactly once the bytes written into it
+# since its last copy exceed what it held then, and this many (see SeriesAcc.set_values).
+_COMPACT_AFTER_BYTES = 16 << 20
+
 
 @dataclass
 class ChunkContext:
@@ -307,6 +311,27 @@ class SeriesAcc(Acc):
     def __init__(self, index: int, call: AggCall, input_schema: Schema, dtype: pl.DataType) -> None:
         super().__init__(index, call, input_schema)
         self.values = pl.Series(f"a{index}", [], dtype=dtype)
+        self._variable_width = dtype in (pl.String, pl.Binary)
+        self._written_bytes = 0  # into a variable-width series since it was last copied
+        self._held_bytes = 0  # what it held then
+
+    def set_values(self, slots: np.ndarray, values: pl.Series) -> None:
+        """``values[slots] = values``. A polars string (or binary) series only appends:
+        the bytes of the values it replaces stay in its buffers, so a group whose 10 MB
+        result is rewritten each epoch would cost 10 MB more each time. Once the bytes
+        written since the last copy outgrow what the series held then, it is copied
+        without them (through Arrow), which keeps the copies' cost in proportion to the
+        bytes written."""
+        self.values.scatter(slots, values)
+        if not self._variable_width:
+            return
+        self._written_bytes += int(values.estimated_size())
+        if self._written_bytes > max(_COMPACT_AFTER_BYTES, self._held_bytes):
+            self.values = pl.Series(self.values.name, self.values.to_arrow()).cast(
+                self.values.dtype
+            )
+            self._held_bytes = int(self.values.estimated_size())
+            self._written_bytes = 0
 
     def grow(self, capacity: int) -> None:
         if len(self.values) < capacity:
@@ -328,7 +353,7 @@ class SeriesAcc(Acc):
 
     def load(self, slots: np.ndarray, rows: pa.Table) -> None:
         values = to_polars(rows.column(f"a{self.i}"), "v").cast(self.values.dtype)
-        self.values.scatter(slots, values)
+        self.set_values(slots, values)
 
 
 class MinMaxAcc(SeriesAcc):
@@ -360,7 +385,7 @@ class MinMaxAcc(SeriesAcc):
         new = pl.DataFrame([cur, part]).select(
             pl.when(take_part).then(pl.col("part")).otherwise(pl.col("cur"))
         )
-        self.values.scatter(slots, new.to_series())
+        self.set_values(slots, new.to_series())
 
 
 class NumMinMaxAcc(_NumpyAcc):
@@ -429,4 +454,4 @@ class StringAggAcc(SeriesAcc):
             .then(pl.concat_str(["cur", "part"], separator=self.delim, ignore_nulls=True))
             .otherwise(pl.col("cur"))
         )
-        self.values.scatter(slots, new.to_series())
+        self.set_values(slots, new.to_series())

@@ -188,7 +188,7 @@ class ValueAcc(SeriesAcc):
         )
         slots = delta["slot"].to_numpy()
         cur = self.values.gather(slots).to_numpy()
-        self.values.scatter(slots, pl.Series(cur + delta["d"].to_numpy()))
+        self.set_values(slots, pl.Series(cur + delta["d"].to_numpy()))
 
     def _update_extreme(self, changes: pl.DataFrame) -> None:
         """min/max: a group whose extreme vanished is recomputed from its multiset; the
@@ -212,7 +212,7 @@ class ValueAcc(SeriesAcc):
             new = pl.DataFrame([cur, part]).select(
                 pl.when(pl.col("cur").is_null() | better).then("b").otherwise("cur")
             )
-            self.values.scatter(slots, new.to_series())
+            self.set_values(slots, new.to_series())
         if len(lost):
             self._recompute(pl.Series("slot", lost))
 
@@ -226,7 +226,7 @@ class ValueAcc(SeriesAcc):
         values = results["r"]
         if self.base == "count":
             values = values.fill_null(0)
-        self.values.scatter(results["slot"].to_numpy(), values.cast(self.values.dtype))
+        self.set_values(results["slot"].to_numpy(), values.cast(self.values.dtype))
 
     def _result(self, sub: pl.LazyFrame) -> pl.LazyFrame:
         """Per slot of ``sub`` (slot, v, n rows), the aggregate over its values."""
