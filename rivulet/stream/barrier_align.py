@@ -6,6 +6,9 @@ again until a barrier has arrived on every input; the barriers must all be of th
 epoch, later than the last one passed, and then the barrier passes once. A barrier lost
 or doubled on one input shows up as inputs that disagree, and fails the actor (its
 failure domain is recovered) instead of mixing two epochs' rows.
+
+Two forms apply it: ``align_channels`` over in-memory channels (a merge: no task per
+message) and ``align`` over any message streams (a join's sides, a union of branches).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 from rivulet.common.chunk import StreamChunk
+from rivulet.stream.exchange import Channel
 from rivulet.stream.message import Barrier, Message
 
 
@@ -54,6 +58,44 @@ class BarrierAligner:
 
     def _error(self, detail: str) -> BarrierMisaligned:
         return BarrierMisaligned(f"barrier misalignment in actor {self.actor_id}: {detail}")
+
+
+async def align_channels(actor_id: int, channels: Sequence[Channel]) -> AsyncIterator[Message]:
+    """Every message of ``channels``, barriers aligned: one message per channel in turn,
+    in channel order (a reproducible output order), and one event for all channels, set
+    by whichever receives a message: no task per message, and nothing left pending when
+    the actor is dropped."""
+    arrived = asyncio.Event()
+    for channel in channels:
+        channel.listener = arrived
+    aligner = BarrierAligner(actor_id, len(channels))
+    while True:
+        took = False
+        passed = None
+        for i, channel in enumerate(channels):
+            if aligner.is_blocked(i):
+                continue
+            msg = channel.try_recv()
+            if msg is None:
+                continue
+            took = True
+            if isinstance(msg, StreamChunk):
+                yield msg
+                continue
+            assert isinstance(msg, Barrier)
+            passed = aligner.arrive(i, msg)
+            if passed is not None:
+                # The alignment is complete and every channel readable again: the rest of
+                # this pass would read the next epoch's rows before the barrier.
+                break
+        if passed is not None:
+            yield passed
+            continue
+        if not took:
+            # Nothing was yielded since the channels were looked at, so nothing can have
+            # arrived unseen: clearing here loses no wakeup.
+            arrived.clear()
+            await arrived.wait()
 
 
 async def align(
