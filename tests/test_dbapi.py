@@ -326,9 +326,11 @@ def test_closed_cursor(con: rivulet.Connection) -> None:
 
 def test_setinputsizes_and_setoutputsize_are_accepted(con: rivulet.Connection) -> None:
     cur = con.cursor()
-    cur.setinputsizes([None])
-    cur.setoutputsize(100)
-    cur.setoutputsize(100, 0)
+    assert cur.setinputsizes([None]) is None
+    assert cur.setoutputsize(100) is None
+    assert cur.setoutputsize(100, 0) is None
+    # They change nothing: the cursor runs and fetches as before.
+    assert cur.execute("SELECT 'a' || repeat('b', 200)").fetchone() == ("a" + "b" * 200,)
 
 
 def test_several_statements_return_the_last_result(con: rivulet.Connection) -> None:
