@@ -9,7 +9,8 @@ from sqlglot import exp
 from rivulet.meta.catalog import ColumnCatalog, TableCatalog, check_column_names
 from rivulet.meta.job_manager import PlannedMaterializedView
 from rivulet.sql.binder import Binder
-from rivulet.sql.planner.planner import StreamPlanner, prune_join_columns
+from rivulet.sql.planner.join import prune_join_columns
+from rivulet.sql.planner.planner import StreamPlanner
 from rivulet.sql.planner.scope import Planned
 from rivulet.stream.plan import (
     ExchangeKind,

@@ -1,0 +1,43 @@
+"""What the stream planner's modules share: the 0A000 error for a query shape that
+materialized views do not maintain, whether a column reference names a column of a scope,
+and PostgreSQL's type categories (the types that may meet in a join key or a UNION column).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from rivulet.common.errors import FEATURE_NOT_SUPPORTED, sql_error
+from rivulet.common.types import DataType
+from rivulet.sql.parser import position_of
+from rivulet.sql.planner.scope import Scope
+
+_SUPPORTED_SHAPES = (
+    "Materialized views maintain projections, filters, equi-joins (inner, left, right, full),"
+    " GROUP BY with count, sum, min, max, avg, bool_and, bool_or and string_agg, DISTINCT,"
+    " UNION ALL, ORDER BY ... LIMIT, TUMBLE/HOP windows and window functions (OVER)."
+)
+
+
+def _not_supported(what: str, node: exp.Expression | None = None) -> Exception:
+    return sql_error(
+        FEATURE_NOT_SUPPORTED,
+        f"{what}: not supported yet in materialized views",
+        hint=_SUPPORTED_SHAPES,
+        position=position_of(node) if node is not None else None,
+    )
+
+
+def _names_column(col: exp.Column, scope: Scope) -> bool:
+    q = col.table or None
+    return any(c.name == col.name and (q is None or c.qualifier == q) for c in scope.columns)
+
+
+def _type_category(t: DataType) -> str:
+    if t.name in ("smallint", "integer", "bigint", "numeric", "real", "double precision"):
+        return "number"
+    if t.name in ("character varying", "text", "name"):
+        return "string"
+    if t.name in ("date", "timestamp without time zone", "timestamp with time zone"):
+        return "datetime"
+    return t.name
