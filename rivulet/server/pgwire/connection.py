@@ -1,5 +1,6 @@
 """One client connection: start-up, authentication, and the simple and extended query
-protocols on top of a ``Session``.
+protocols on top of a ``Session`` (the extended protocol's messages are served by
+``extended.ExtendedProtocol``, rows and COPY data by ``transfer.ResultTransfer``).
 
 The connection is a small state machine. Errors in a statement become an ErrorResponse and
 the connection goes on (after an error in the extended protocol, messages are skipped until
@@ -14,33 +15,28 @@ import secrets
 import shlex
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from sqlglot import exp
 
 from rivulet.common.errors import (
     ADMIN_SHUTDOWN,
     FEATURE_NOT_SUPPORTED,
     IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
-    INTERNAL_ERROR,
     INVALID_AUTHORIZATION,
     INVALID_CATALOG_NAME,
     INVALID_PASSWORD,
     INVALID_PREPARED_STATEMENT,
-    PROTOCOL_VIOLATION,
-    QUERY_CANCELED,
     Error,
     sql_error,
 )
 from rivulet.meta.catalog import DEFAULT_DATABASE
-from rivulet.server.pgwire import codec
 from rivulet.server.pgwire import messages as m
 from rivulet.server.pgwire.auth import MECHANISM, AuthFailed, ScramExchange
 from rivulet.server.pgwire.extended import ExtendedProtocol, Portal, PreparedStatement
 from rivulet.server.pgwire.result_rows import ResultRows
+from rivulet.server.pgwire.transfer import ResultTransfer, _internal
 from rivulet.sql import dialect
-from rivulet.sql.handlers.copy import CopyLoader
 from rivulet.sql.parser import Statement
-from rivulet.sql.result import Column, CopyInRequest, Notice, StatementResult, command
+from rivulet.sql.result import Notice, StatementResult, command
 from rivulet.sql.session import CANCEL_CLIENT_GONE
 from rivulet.sql.session_config import VARIABLES
 
@@ -50,9 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rivulet.server")
 
-# Rows encoded per DataRow batch; output is flushed to the socket past this many bytes.
-_ROW_BATCH = 65_536
-_FLUSH_BYTES = 1 << 20
 # A refused client (too many connections) gets this long to send its startup packet.
 _REFUSAL_TIMEOUT_SECONDS = 5.0
 # A statement running this long gets a watch on its client's socket: a client that went
@@ -71,11 +64,7 @@ def _is_transaction_end(stmt: Statement | None) -> bool:
     )
 
 
-def _internal(exc: BaseException) -> Error:
-    return sql_error(INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
-
-
-class Connection(ExtendedProtocol):
+class Connection(ExtendedProtocol, ResultTransfer):
     def __init__(
         self,
         server: PgServer,
@@ -137,11 +126,6 @@ class Connection(ExtendedProtocol):
 
     def _fatal(self, sqlstate: str, text: str, hint: str | None = None) -> None:
         self.out += m.error_response(sqlstate, text, severity="FATAL", hint=hint)
-
-    @property
-    def timezone(self) -> str:
-        assert self.session is not None
-        return self.session.config.get("timezone") or "UTC"
 
     # ------------------------------------------------------------- lifecycle
     async def run(self) -> None:
@@ -607,148 +591,7 @@ class Connection(ExtendedProtocol):
             data, self.out = self.out, bytearray()
             self.writer.write(data)
 
-    # --------------------------------------------------------------- results
-    @staticmethod
-    def _format_of(formats: list[int], i: int) -> int:
-        if not formats:
-            return 0
-        return formats[0] if len(formats) == 1 else formats[i]
-
-    def _row_description(self, columns: list[Column], formats: list[int]) -> bytes:
-        if len(formats) > 1 and len(formats) != len(columns):
-            raise sql_error(
-                PROTOCOL_VIOLATION,
-                f"bind message has {len(formats)} result formats but query has {len(columns)} columns",
-            )
-        return m.row_description(
-            [
-                (
-                    c.name,
-                    codec.wire_oid(c.type.oid),
-                    c.type.typlen,
-                    c.type.typmod,
-                    self._format_of(formats, i),
-                )
-                for i, c in enumerate(columns)
-            ]
-        )
-
-    async def _send_rows(
-        self, rows: ResultRows, columns: list[Column], formats: list[int], limit: int | None
-    ) -> int:
-        """DataRows for the next rows (at most ``limit``); returns how many were sent.
-        Output is flushed (and the socket drained) as it grows: a streamed result is
-        read no faster than the client takes it."""
-        if len(formats) > 1 and len(formats) != len(columns):
-            raise sql_error(
-                PROTOCOL_VIOLATION,
-                f"bind message has {len(formats)} result formats but query has {len(columns)} columns",
-            )
-        types = [c.type for c in columns]
-        timezone = self.timezone
-
-        def encode(table: pa.Table) -> bytes:
-            return codec.encode_rows(table, types, formats, timezone)
-
-        sent = 0
-        while limit is None or sent < limit:
-            data, n = await rows.next_piece(None if limit is None else limit - sent, encode)
-            if not n:
-                break
-            self.out += data
-            sent += n
-            if len(self.out) >= _FLUSH_BYTES:
-                await self.flush()
-        return sent
-
-    # ------------------------------------------------------------------ COPY
-    async def _copy_in(self, request: CopyInRequest) -> bool:
-        """Receive COPY FROM STDIN data; True when it was loaded."""
-        assert self.session is not None
-        loader = CopyLoader(self.session, request)
-        self.out += m.copy_in_response(len(request.column_names), binary=request.format == "binary")
-        await self.flush()
-        failure: Error | None = None
-        while True:
-            kind, body = await self.reader.read_message()
-            if failure is None and self.session.cancel_requested:
-                # statement_timeout (or a cancel): the rest of the data is read and dropped.
-                failure = self.session.cancel_error()
-            if kind == b"d":
-                if failure is None:
-                    try:
-                        await loader.feed(body)
-                    except Error as exc:
-                        failure = self.session.statement_error(exc)  # type: ignore[assignment]
-                    except Exception as exc:
-                        log.exception("COPY data failed")
-                        failure = _internal(exc)
-            elif kind == b"c":
-                break
-            elif kind == b"f":
-                reason = m.Body(body).cstring() if body else ""
-                failure = sql_error(QUERY_CANCELED, f"COPY from stdin failed: {reason}")
-                break
-            elif kind in (b"H", b"S"):
-                continue
-            elif kind == b"X":
-                raise m.ClientGone()
-            else:
-                failure = sql_error(
-                    PROTOCOL_VIOLATION,
-                    f"unexpected message type {kind!r} during COPY from stdin",
-                )
-                break
-        if failure is None:
-            try:
-                count = await loader.finish()
-            except Error as exc:
-                failure = self.session.statement_error(exc)  # type: ignore[assignment]
-            except Exception as exc:
-                log.exception("COPY failed")
-                failure = _internal(exc)
-        if failure is not None:
-            self._send_error(failure)
-            return False
-        self.out += m.command_complete(f"COPY {count}")
-        return True
-
-    async def _copy_out(self, result: StatementResult) -> None:
-        """COPY ... TO STDOUT: one CopyData per row, read as the client takes them."""
-        assert result.copy_out is not None and result.columns is not None
-        assert self.session is not None
-        options = result.copy_out
-        columns = result.columns
-        self.out += m.copy_out_response(len(columns))
-        delimiter = str(
-            options.get("delimiter") or ("," if options.get("format") == "csv" else "\t")
-        )
-        if options.get("header"):
-            if options.get("format") == "csv":
-                header = codec.csv_header([c.name for c in columns], delimiter)
-            else:
-                header = delimiter.join(c.name for c in columns) + "\n"
-            self.out += m.message(b"d", header.encode("utf-8"))
-        rows = ResultRows(self.session, result)
-        types = [c.type for c in columns]
-        timezone = self.timezone
-
-        def encode(table: pa.Table) -> bytes:
-            return codec.frame_messages(b"d", codec.copy_text_rows(table, types, options, timezone))
-
-        count = 0
-        while columns:
-            data, n = await rows.next_piece(None, encode)
-            if not n:
-                break
-            self.out += data
-            count += n
-            if len(self.out) >= _FLUSH_BYTES:
-                await self.flush()
-        self.out += m.COPY_DONE
-        self.out += m.command_complete(result.counted_tag(count))
-
-    # ------------------------------------------------------- extended query
+    # ------------------------------------------------- cancel and terminate
     def cancel_running(self) -> None:
         """Interrupt the running statement (a CancelRequest from another connection)."""
         if self.session is not None:

@@ -3,7 +3,8 @@ Close, prepared statements and portals, and the batching of a driver's executema
 Bind/Execute pairs of one plain INSERT written as one chunk in one epoch).
 
 ``ExtendedProtocol`` is the part of ``connection.Connection`` that serves these messages;
-the message loop, the simple query protocol, COPY and the rows' encoding stay there.
+the message loop and the simple query protocol stay there, COPY and the rows' encoding
+are in ``transfer.py``.
 """
 
 from __future__ import annotations
