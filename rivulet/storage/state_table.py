@@ -171,6 +171,7 @@ class StateTable:
         self._current = MemTable()
         # Sealed memtables awaiting their checkpoint's commit, oldest first.
         self._sealed: list[tuple[int, MemTable]] = []
+        self._seen_committed = False  # once committed, a table stays for the actor's life
 
     # ----------------------------------------------------------------- writing
     def with_vnodes(self, data: pa.Table) -> pa.Table:
@@ -327,8 +328,15 @@ class StateTable:
         *,
         nulls_equal: bool = True,
     ) -> pa.Table:
-        """``visible``'s rows for ``probe``, read (typed as ``arrow_schema``)."""
-        with self.visible(cursor, layers, probe=probe, on=on, nulls_equal=nulls_equal) as rel:
+        """``visible``'s rows for ``probe``, read (typed as ``arrow_schema``). A new job's
+        table may not be committed yet when its actors read (they go on with the next
+        epoch while the first commits): then only the overlays count."""
+        committed = self.is_committed(cursor)
+        if not committed and not layers:
+            return self.arrow_schema().empty_table()
+        with self.visible(
+            cursor, layers, probe=probe, on=on, nulls_equal=nulls_equal, committed=committed
+        ) as rel:
             return cursor.sql(f"SELECT * FROM {rel}").to_arrow_table().cast(self.arrow_schema())
 
     def committed_matches(
@@ -357,6 +365,12 @@ class StateTable:
             [STATE_SCHEMA, f"t{self.schema.table_id}"],
         ).fetchall()
         return bool(rows[0][0])
+
+    def is_committed(self, cursor: duckdb.DuckDBPyConnection) -> bool:
+        """``exists``, asked of DuckDB only until the answer is yes."""
+        if not self._seen_committed:
+            self._seen_committed = self.exists(cursor)
+        return self._seen_committed
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of ``[_vnode, cols...]`` as DuckDB returns it."""
