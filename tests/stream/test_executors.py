@@ -10,13 +10,15 @@ the executor's column types.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from executor_harness import Barrier, Harness, Rows, consolidate, exprs, unordered
 
 from rivulet.common.types import BIGINT, INTEGER, VARCHAR, DataType
 from rivulet.storage.state_table import StateTable, StateTableSchema
+from rivulet.stream.barrier_align import BarrierMisaligned
+from rivulet.stream.builder import EXECUTOR_BUILDERS, LeafInputs
 from rivulet.stream.executor import Executor
 from rivulet.stream.executors.aggregate.hash_agg import HashAggExecutor
 from rivulet.stream.executors.aggregate.simple_agg import SimpleAggExecutor
@@ -24,8 +26,15 @@ from rivulet.stream.executors.filter import FilterExecutor
 from rivulet.stream.executors.project import ProjectExecutor
 from rivulet.stream.executors.top_n import TopNExecutor
 from rivulet.stream.message import Message, StopActors
-from rivulet.stream.plan import AggCall, HashAggNode, PlanNode, SimpleAggNode
-from rivulet.stream.state_layouts import agg_state_schemas, topn_state_schema
+from rivulet.stream.plan import (
+    AggCall,
+    HashAggNode,
+    HashJoinNode,
+    JoinKind,
+    PlanNode,
+    SimpleAggNode,
+)
+from rivulet.stream.state_layouts import agg_state_schemas, join_state_schema, topn_state_schema
 
 HUGEINT = DataType.from_duckdb("HUGEINT")  # the type of sum(BIGINT)
 
@@ -386,6 +395,257 @@ def test_top_n_rebuilt_pulls_up_rows_from_committed_state(h: Harness) -> None:
     assert second.changes(4) == unordered("- b 5", "+ c 3")
     assert second.changes(5) == unordered("- c 3", "- d 4", "+ a 1")
     assert consolidate(first, second) == ["a 1"]
+
+
+# --------------------------------------------------------------- hash join
+# SELECT * FROM l [LEFT] JOIN r ON l.k = r.k: left rows "id k a", right rows "id k b"
+# (each side's stream key is its id), output rows "id k a id k b": the left columns,
+# then the right ones (NULL for a left row padded by an outer join).
+L = Rows(id=BIGINT, k=VARCHAR, a=BIGINT)
+R = Rows(id=BIGINT, k=VARCHAR, b=BIGINT)
+LR = Rows(lid=BIGINT, lk=VARCHAR, a=BIGINT, rid=BIGINT, rk=VARCHAR, b=BIGINT)
+# The barrier that starts a new job's actors, on both sides; its commit creates the job's
+# state tables. The rows come in the epochs after it.
+START = Barrier(1)
+
+
+def join_on_k(h: Harness, kind: JoinKind = JoinKind.INNER) -> HashJoinNode:
+    """The plan node, both sides' state layouts included (a side that the join
+    preserves keeps its rows' degrees); build as many executors (actors, one after the
+    other) from it as a test needs: they share its state tables."""
+    left, right = PlanNode(L.schema, [0]), PlanNode(R.schema, [0])
+    preserved = {
+        JoinKind.INNER: (False, False),
+        JoinKind.LEFT: (True, False),
+        JoinKind.RIGHT: (False, True),
+        JoinKind.FULL: (True, True),
+    }[kind]
+    layouts = [join_state_schema(s, [1], degree) for s, degree in zip((left, right), preserved)]
+    return HashJoinNode(
+        LR.schema,
+        [0, 3],
+        inputs=[left, right],
+        kind=kind,
+        left_key=[1],
+        right_key=[1],
+        state_tables=h.table_ids(layouts),
+    )
+
+
+def hash_join(
+    h: Harness, node: HashJoinNode, left: Sequence[Message], right: Sequence[Message]
+) -> Executor:
+    """The join's actor as the builder makes it, each side fed its own script."""
+    inputs = [h.script(L, *left), h.script(R, *right)]
+    return EXECUTOR_BUILDERS[HashJoinNode](node, h.ctx(), inputs, LeafInputs())
+
+
+@pytest.mark.parametrize("first", ["left", "right"])
+def test_inner_join_emits_the_joined_rows_when_the_second_side_arrives(
+    h: Harness, first: str
+) -> None:
+    """Whichever side comes first is only stored; the other side's rows meet it an
+    epoch later, each with every stored row of its key, none with another key's."""
+    lefts, rights = L("+ 1 a 10", "+ 2 a 20", "+ 3 b 30"), R("+ 7 a 70", "+ 8 c 80")
+    now, later = [START, lefts, Barrier(2), Barrier(3)], [START, Barrier(2), rights, Barrier(3)]
+    if first == "right":
+        now, later = [START, rights, Barrier(2), Barrier(3)], [START, Barrier(2), lefts, Barrier(3)]
+    left, right = (now, later) if first == "left" else (later, now)
+    out = h.run(hash_join(h, join_on_k(h), left, right), 3)
+    assert out.epoch(2) == []
+    assert out.changes(3) == unordered("+ 1 a 10 7 a 70", "+ 2 a 20 7 a 70")
+
+
+def test_inner_join_of_rows_arriving_in_one_epoch_emits_each_pair_once(h: Harness) -> None:
+    left = [START, L("+ 1 a 10"), L("+ 2 a 20"), Barrier(2)]
+    right = [START, R("+ 7 a 70"), R("+ 8 a 80"), Barrier(2)]
+    out = h.run(hash_join(h, join_on_k(h), left, right), 2)
+    assert out.changes(2) == unordered(
+        "+ 1 a 10 7 a 70", "+ 1 a 10 8 a 80", "+ 2 a 20 7 a 70", "+ 2 a 20 8 a 80"
+    )
+
+
+def test_inner_join_retracts_the_joined_rows_of_a_deleted_row(h: Harness) -> None:
+    """A delete on either side retracts exactly the rows its insert joined into."""
+    left = [START, L("+ 1 a 10", "+ 2 a 20"), Barrier(2), L("- 1 a 10"), Barrier(3), Barrier(4)]
+    right = [START, R("+ 7 a 70", "+ 8 a 80"), Barrier(2), Barrier(3), R("- 8 a 80"), Barrier(4)]
+    out = h.run(hash_join(h, join_on_k(h), left, right), 4)
+    assert len(out.changes(2)) == 4
+    assert out.changes(3) == unordered("- 1 a 10 7 a 70", "- 1 a 10 8 a 80")
+    assert out.changes(4) == ["- 2 a 20 8 a 80"]
+    assert consolidate(out) == ["2 a 20 7 a 70"]
+
+
+def test_inner_join_emits_an_update_of_a_non_key_column_as_deletes_then_inserts(
+    h: Harness,
+) -> None:
+    """The join's contract: an update leaves as a Delete of each joined row with the
+    old values, then an Insert of each with the new ones (in the input's order), never
+    as an update pair; on either side."""
+    left = [START, L("+ 1 a 10"), Barrier(2), L("U- 1 a 10", "U+ 1 a 11"), Barrier(3)]
+    left.append(Barrier(4))
+    right = [START, R("+ 7 a 70", "+ 8 a 80"), Barrier(2), Barrier(3)]
+    right += [R("U- 7 a 70", "U+ 7 a 71"), Barrier(4)]
+    out = h.run(hash_join(h, join_on_k(h), left, right), 4)
+    three = out.epoch(3)
+    assert sorted(three[:2]) == ["- 1 a 10 7 a 70", "- 1 a 10 8 a 80"]
+    assert sorted(three[2:]) == ["+ 1 a 11 7 a 70", "+ 1 a 11 8 a 80"]
+    assert out.epoch(4) == ["- 1 a 11 7 a 70", "+ 1 a 11 7 a 71"]
+    assert consolidate(out) == ["1 a 11 7 a 71", "1 a 11 8 a 80"]
+
+
+def test_inner_join_moves_a_row_whose_key_is_updated_to_the_new_keys_matches(
+    h: Harness,
+) -> None:
+    left = [START, L("+ 1 a 10"), Barrier(2), L("U- 1 a 10", "U+ 1 b 10"), Barrier(3)]
+    right = [START, R("+ 7 a 70", "+ 8 b 80"), Barrier(2), Barrier(3)]
+    out = h.run(hash_join(h, join_on_k(h), left, right), 3)
+    assert out.epoch(3) == ["- 1 a 10 7 a 70", "+ 1 b 10 8 b 80"]
+    assert consolidate(out) == ["1 b 10 8 b 80"]
+
+
+def test_inner_join_never_matches_a_null_key(h: Harness) -> None:
+    """ON l.k = r.k is not true for NULL = NULL: a NULL key joins nothing, and its
+    delete retracts nothing."""
+    left = [START, L("+ 1 NULL 10", "+ 2 a 20"), Barrier(2), L("- 1 NULL 10"), Barrier(3)]
+    right = [START, R("+ 7 NULL 70", "+ 8 a 80"), Barrier(2), R("+ 9 NULL 90"), Barrier(3)]
+    out = h.run(hash_join(h, join_on_k(h), left, right), 3)
+    assert out.epoch(2) == ["+ 2 a 20 8 a 80"]
+    assert out.epoch(3) == []
+
+
+def test_left_join_pads_an_unmatched_row_until_it_has_a_match(h: Harness) -> None:
+    """A left row without a match comes out NULL-padded; its first match retracts the
+    padded row (before the joined row comes), further matches only add joined rows, and
+    when its last match goes the padded row comes back (after the retractions)."""
+    left = [START, L("+ 1 a 10", "+ 2 b 20"), Barrier(2), Barrier(3), Barrier(4), Barrier(5)]
+    right = [
+        START,
+        Barrier(2),
+        R("+ 7 a 70"),
+        Barrier(3),
+        R("+ 8 a 80"),
+        Barrier(4),
+        R("- 7 a 70", "- 8 a 80"),
+        Barrier(5),
+    ]
+    out = h.run(hash_join(h, join_on_k(h, JoinKind.LEFT), left, right), 5)
+    assert out.epoch(2) == ["+ 1 a 10 NULL NULL NULL", "+ 2 b 20 NULL NULL NULL"]
+    assert out.epoch(3) == ["- 1 a 10 NULL NULL NULL", "+ 1 a 10 7 a 70"]
+    assert out.epoch(4) == ["+ 1 a 10 8 a 80"]
+    five = out.epoch(5)
+    assert sorted(five[:2]) == ["- 1 a 10 7 a 70", "- 1 a 10 8 a 80"]
+    assert five[2:] == ["+ 1 a 10 NULL NULL NULL"]
+    assert consolidate(out) == ["1 a 10 NULL NULL NULL", "2 b 20 NULL NULL NULL"]
+
+
+def test_left_join_pads_only_left_rows_and_retracts_what_it_emitted(h: Harness) -> None:
+    """A left row that arrives to a match is not padded; an unmatched right row is not
+    emitted at all; a deleted left row takes its padded row with it."""
+    left = [START, Barrier(2), L("+ 1 a 10", "+ 2 b 20"), Barrier(3)]
+    left += [L("- 2 b 20", "- 1 a 10"), Barrier(4)]
+    right = [START, R("+ 7 a 70", "+ 8 c 80"), Barrier(2), Barrier(3), Barrier(4)]
+    out = h.run(hash_join(h, join_on_k(h, JoinKind.LEFT), left, right), 4)
+    assert out.epoch(2) == []
+    assert out.epoch(3) == ["+ 1 a 10 7 a 70", "+ 2 b 20 NULL NULL NULL"]
+    assert out.epoch(4) == ["- 2 b 20 NULL NULL NULL", "- 1 a 10 7 a 70"]
+    assert consolidate(out) == []
+
+
+def test_left_join_pads_a_null_key_row_and_no_null_key_unpads_it(h: Harness) -> None:
+    left = [START, L("+ 1 NULL 10"), Barrier(2), Barrier(3), L("- 1 NULL 10"), Barrier(4)]
+    right = [START, Barrier(2), R("+ 7 NULL 70"), Barrier(3), Barrier(4)]
+    out = h.run(hash_join(h, join_on_k(h, JoinKind.LEFT), left, right), 4)
+    assert out.epoch(2) == ["+ 1 NULL 10 NULL NULL NULL"]
+    assert out.epoch(3) == []
+    assert out.epoch(4) == ["- 1 NULL 10 NULL NULL NULL"]
+
+
+def test_hash_join_passes_a_barrier_once_both_sides_delivered_it(h: Harness) -> None:
+    """The left side delivers barrier 2 early and has its next epoch's row ready; the
+    right side's rows before its barrier 2 still join in epoch 2, and the left's next
+    row is not read before the barrier has passed: it joins in epoch 3, with them."""
+    left = [START, L("+ 1 a 10"), Barrier(2), L("+ 2 a 20"), Barrier(3)]
+    right = [START, R("+ 7 a 70"), R("+ 8 b 80"), R("+ 9 a 90"), R("+ 6 a 60"), Barrier(2)]
+    right.append(Barrier(3))
+    out = h.run(hash_join(h, join_on_k(h), left, right), 3)
+    assert out.epochs == [1, 2, 3]
+    assert out.changes(2) == unordered("+ 1 a 10 6 a 60", "+ 1 a 10 7 a 70", "+ 1 a 10 9 a 90")
+    assert out.changes(3) == unordered("+ 2 a 20 6 a 60", "+ 2 a 20 7 a 70", "+ 2 a 20 9 a 90")
+
+
+def test_hash_join_holds_a_barrier_only_one_side_delivered(h: Harness) -> None:
+    """Barrier 3 came from the left only: it does not pass (the run waits for it in
+    vain), though barrier 2, from both, did."""
+    left = [START, L("+ 1 a 10"), Barrier(2), Barrier(3)]
+    right = [START, R("+ 7 a 70"), Barrier(2), R("+ 8 a 80")]
+    with pytest.raises(AssertionError, match=r"3 barriers expected within .*, got \[1, 2\]"):
+        h.run(hash_join(h, join_on_k(h), left, right), 3, timeout=0.5)
+
+
+def test_hash_join_fails_when_its_sides_deliver_different_epochs(h: Harness) -> None:
+    """A barrier lost on one side fails the actor rather than mixing two epochs."""
+    left = [START, L("+ 1 a 10"), Barrier(2), Barrier(3)]
+    right = [START, R("+ 7 a 70"), Barrier(3)]
+    with pytest.raises(BarrierMisaligned):
+        h.run(hash_join(h, join_on_k(h), left, right), 3)
+
+
+def test_hash_join_of_a_new_job_joins_rows_before_its_first_epoch_is_committed(
+    h: Harness,
+) -> None:
+    """Actors go on with the next epoch while the barrier manager commits the one
+    before: a new job's join gets rows before its state tables exist in DuckDB."""
+    left = [START, L("+ 1 a 10"), Barrier(2)]
+    right = [START, R("+ 7 a 70"), Barrier(2)]
+    out = h.run(hash_join(h, join_on_k(h), left, right), 2, commit=False)
+    assert out.epoch(2) == ["+ 1 a 10 7 a 70"]
+
+
+def test_hash_join_rebuilt_matches_new_rows_with_committed_ones(h: Harness) -> None:
+    """A rebuilt actor (same state tables, empty caches) finds the rows both sides
+    committed: new rows of either side join them, and a delete of a committed row
+    retracts the joined rows the old actor emitted."""
+    node = join_on_k(h)
+    left = [START, L("+ 1 a 10", "+ 2 b 20"), Barrier(2)]
+    first = h.run(hash_join(h, node, left, [START, R("+ 7 a 70"), Barrier(2)]), 2)
+    assert first.epoch(2) == ["+ 1 a 10 7 a 70"]
+    # Recovery injects a barrier first; the inputs then go on.
+    left = [Barrier(3), Barrier(4), L("+ 3 b 30"), Barrier(5)]
+    right = [Barrier(3), R("+ 8 b 80", "- 7 a 70"), Barrier(4), Barrier(5)]
+    second = h.run(hash_join(h, node, left, right), 3)
+    assert second.epoch(3) == []
+    assert second.epoch(4) == ["+ 2 b 20 8 b 80", "- 1 a 10 7 a 70"]
+    assert second.epoch(5) == ["+ 3 b 30 8 b 80"]
+    assert consolidate(first, second) == ["2 b 20 8 b 80", "3 b 30 8 b 80"]
+
+
+def test_left_join_rebuilt_knows_the_committed_degrees(h: Harness) -> None:
+    """The rebuilt actor reads how many matches each committed left row has: the last
+    one going brings back the padded row, the next one retracts it again."""
+    node = join_on_k(h, JoinKind.LEFT)
+    left, right = [START, L("+ 1 a 10"), Barrier(2)], [START, R("+ 7 a 70"), Barrier(2)]
+    first = h.run(hash_join(h, node, left, right), 2)
+    assert consolidate(first) == ["1 a 10 7 a 70"]
+    left = [Barrier(3), Barrier(4), Barrier(5)]
+    right = [Barrier(3), R("- 7 a 70"), Barrier(4), R("+ 8 a 80"), Barrier(5)]
+    second = h.run(hash_join(h, node, left, right), 3)
+    assert second.epoch(4) == ["- 1 a 10 7 a 70", "+ 1 a 10 NULL NULL NULL"]
+    assert second.epoch(5) == ["- 1 a 10 NULL NULL NULL", "+ 1 a 10 8 a 80"]
+    assert consolidate(first, second) == ["1 a 10 8 a 80"]
+
+
+def test_hash_join_rebuilt_after_a_crash_sees_only_the_committed_epochs(h: Harness) -> None:
+    """The old actor's rows of an epoch whose barrier never came are not in the state:
+    the input replays them, and each joins once."""
+    node = join_on_k(h)
+    left = [START, L("+ 1 a 10"), Barrier(2), L("+ 2 a 20")]
+    first = h.run(hash_join(h, node, left, [START, Barrier(2)]), 2)
+    assert first.epoch(2) == []
+    left = [Barrier(3), L("+ 2 a 20"), Barrier(4), Barrier(5)]
+    right = [Barrier(3), Barrier(4), R("+ 7 a 70"), Barrier(5)]
+    second = h.run(hash_join(h, node, left, right), 3)
+    assert second.changes(5) == unordered("+ 1 a 10 7 a 70", "+ 2 a 20 7 a 70")
 
 
 # ---------------------------------------------------------------- barriers
