@@ -39,11 +39,10 @@ import numpy as np
 import pyarrow as pa
 
 from rivulet.common.chunk import VNODE_COLUMN, Op, StreamChunk
-from rivulet.common.columns import differs
 from rivulet.storage.state_table import StateTable, quote_ident, registered
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.epoch_batched import BATCH_ROWS, EpochBatchedExecutor
-from rivulet.stream.executors.top_n import key_ids
+from rivulet.stream.executors.top_n import diff_by_key, key_ids
 from rivulet.stream.expression import ExprSet, count_errors
 from rivulet.stream.message import Barrier
 
@@ -214,38 +213,9 @@ class OverWindowExecutor(EpochBatchedExecutor):
     # ------------------------------------------------------------------- output
     def _diff(self, old: pa.Table, new: pa.Table) -> StreamChunk | None:
         """Deletes, then update pairs, then inserts that turn ``old`` into ``new``."""
-        if old.num_rows == 0 and new.num_rows == 0:
+        out = diff_by_key(old, new, self.key, self.cache_arrow.names)
+        if out is None:
             return None
-        k_old, k_new = key_ids([old, new], self.key)
-        in_new = np.isin(k_old, k_new)
-        in_old = np.isin(k_new, k_old)
-        parts: list[StreamChunk] = []
-        removed = old.filter(pa.array(~in_new))
-        if removed.num_rows:
-            parts.append(StreamChunk.deletes(removed))
-        if in_new.any():
-            # Pair each kept old row with the new row of its key.
-            o_idx = np.flatnonzero(in_new)
-            n_idx = np.flatnonzero(in_old)
-            o_idx = o_idx[np.argsort(k_old[o_idx], kind="stable")]
-            n_idx = n_idx[np.argsort(k_new[n_idx], kind="stable")]
-            old_kept = old.take(pa.array(o_idx))
-            new_kept = new.take(pa.array(n_idx))
-            changed = np.zeros(len(o_idx), dtype=bool)
-            for name in self.cache_arrow.names:
-                a = old_kept.column(name).combine_chunks()
-                b = new_kept.column(name).combine_chunks()
-                changed |= differs(a, b)
-            idx = np.flatnonzero(changed)
-            if len(idx):
-                rows = pa.array(idx)
-                parts.append(StreamChunk.updates(old_kept.take(rows), new_kept.take(rows)))
-        added = new.filter(pa.array(~in_old))
-        if added.num_rows:
-            parts.append(StreamChunk.inserts(added))
-        if not parts:
-            return None
-        out = StreamChunk.concat(parts)
         data = out.data.rename_columns(self._out_arrow.names).cast(self._out_arrow)
         return StreamChunk(data, out.ops)
 

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rivulet.common.chunk import VNODE_COLUMN, Op, StreamChunk
+from rivulet.common.columns import differs
 from rivulet.storage.state_table import StateTable, quote_ident
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.epoch_batched import EpochBatchedExecutor
@@ -83,6 +84,46 @@ def key_ids(parts: Sequence[pa.Table], cols: Sequence[str]) -> list[np.ndarray]:
         _, ids = np.unique(ids * (len(enc.dictionary) + 1) + codes, return_inverse=True)
         ids = ids.astype(np.int64, copy=False)
     return list(np.split(ids, np.cumsum(sizes)[:-1]))
+
+
+def diff_by_key(
+    old: pa.Table, new: pa.Table, key: Sequence[str], compare: Sequence[str]
+) -> StreamChunk | None:
+    """The changes that turn result rows ``old`` into ``new`` (rows identified by
+    ``key``): deletes, then update pairs for kept keys whose ``compare`` columns changed
+    (NULL equals NULL), then inserts. None when nothing changed. Shared by top-N and
+    the window functions, which both recompute a partition's rows and emit the
+    difference."""
+    if old.num_rows == 0 and new.num_rows == 0:
+        return None
+    k_old, k_new = key_ids([old, new], key)
+    in_new = np.isin(k_old, k_new)
+    in_old = np.isin(k_new, k_old)
+    parts: list[StreamChunk] = []
+    removed = old.filter(pa.array(~in_new))
+    if removed.num_rows:
+        parts.append(StreamChunk.deletes(removed))
+    if in_new.any():
+        # Pair each kept old row with the new row of its key.
+        o_idx = np.flatnonzero(in_new)
+        n_idx = np.flatnonzero(in_old)
+        o_idx = o_idx[np.argsort(k_old[o_idx], kind="stable")]
+        n_idx = n_idx[np.argsort(k_new[n_idx], kind="stable")]
+        old_kept = old.take(pa.array(o_idx))
+        new_kept = new.take(pa.array(n_idx))
+        changed = np.zeros(len(o_idx), dtype=bool)
+        for name in compare:
+            a = old_kept.column(name).combine_chunks()
+            b = new_kept.column(name).combine_chunks()
+            changed |= differs(a, b)
+        idx = np.flatnonzero(changed)
+        if len(idx):
+            rows = pa.array(idx)
+            parts.append(StreamChunk.updates(old_kept.take(rows), new_kept.take(rows)))
+    added = new.filter(pa.array(~in_old))
+    if added.num_rows:
+        parts.append(StreamChunk.inserts(added))
+    return StreamChunk.concat(parts) if parts else None
 
 
 def _group_starts(gid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -390,40 +431,9 @@ class TopNExecutor(EpochBatchedExecutor):
 
     def _diff(self, old: pa.Table, new: pa.Table) -> StreamChunk | None:
         """Deletes, then update pairs, then inserts that turn ``old`` into ``new``."""
-        if old.num_rows == 0 and new.num_rows == 0:
+        out = diff_by_key(old, new, self.key, self.out_cols)
+        if out is None:
             return None
-        k_old, k_new = key_ids([old, new], self.key)
-        in_new = np.isin(k_old, k_new)
-        in_old = np.isin(k_new, k_old)
-        parts: list[StreamChunk] = []
-        removed = old.filter(pa.array(~in_new))
-        if removed.num_rows:
-            parts.append(StreamChunk.deletes(removed))
-        if in_new.any():
-            # Rows kept: pair each old row with the new row of its key; changed values
-            # become an update.
-            old_kept = old.filter(pa.array(in_new))
-            new_kept = new.filter(pa.array(in_old))
-            ko = k_old[in_new]
-            kn = k_new[in_old]
-            new_kept = new_kept.take(pa.array(np.argsort(kn, kind="stable")))
-            old_kept = old_kept.take(pa.array(np.argsort(ko, kind="stable")))
-            same = np.ones(old_kept.num_rows, dtype=bool)
-            for name in self.out_cols:
-                a, b = old_kept.column(name), new_kept.column(name)
-                eq = pc.fill_null(pc.equal(a, b), False)
-                both_null = pc.and_(pc.is_null(a), pc.is_null(b))
-                same &= np.asarray(pc.or_(eq, both_null).to_numpy(zero_copy_only=False), bool)
-            changed = np.flatnonzero(~same)
-            if len(changed):
-                rows = pa.array(changed)
-                parts.append(StreamChunk.updates(old_kept.take(rows), new_kept.take(rows)))
-        added = new.filter(pa.array(~in_old))
-        if added.num_rows:
-            parts.append(StreamChunk.inserts(added))
-        if not parts:
-            return None
-        out = StreamChunk.concat(parts)
         data = out.data.select(self.out_cols).rename_columns(self.schema.names)
         data = data.cast(self._out_schema)
         return StreamChunk(data, out.ops)
