@@ -89,14 +89,10 @@ class OverWindowExecutor(EpochBatchedExecutor):
         # Whether state may hold rows the cache lacks (False for a new job's actor until
         # its cache is first dropped).
         self.may_have_state = True
-        self._table_committed = False
         self._started = False
         self._vnodes = ctx.vnodes.copy() if ctx is not None else None
 
     # ----------------------------------------------------------------- running
-    def state_found(self, exists: bool) -> None:
-        self._table_committed = exists
-
     def before_barrier(self, barrier: Barrier) -> None:
         if self.cache.num_rows > CACHE_MAX_ROWS:
             self.clear_cache()
@@ -171,13 +167,12 @@ class OverWindowExecutor(EpochBatchedExecutor):
         """The stored rows of partitions ``groups`` (all when None) with their outputs:
         committed rows overridden by this actor's uncommitted writes."""
         layers = self.state.overlay_layers()  # before reading DuckDB: see StateTable.lookup
-        if not self._table_committed:
-            self._table_committed = self.state.exists(cur)
-        if not self._table_committed and not layers:
+        committed = self.state.is_committed(cur)
+        if not committed and not layers:
             return self.cache_arrow.empty_table()
         select = ", ".join(map(quote_ident, self.state.schema.column_names))
         with self.state.visible(
-            cur, layers, probe=groups, on=self.part, committed=self._table_committed
+            cur, layers, probe=groups, on=self.part, committed=committed
         ) as visible:
             return self._run(cur, f"SELECT {select} FROM {visible} v")
 
