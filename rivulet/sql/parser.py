@@ -6,9 +6,12 @@ that psql can point at the offending token.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import logging
 import re
+from collections.abc import Iterator
 
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
@@ -292,9 +295,28 @@ def _scan_literal_insert(sql: str) -> Statement | None:
 
 def parse_statements(sql: str) -> list[Statement]:
     """Every statement in ``sql``, in order. Raises a 42601 error on bad syntax."""
-    if len(sql) > _LONG_INSERT_CHARS and (fast := _scan_literal_insert(sql)) is not None:
-        return [fast]
-    return _parse_with_sqlglot(sql)
+    if len(sql) <= _LONG_INSERT_CHARS:
+        return _parse_with_sqlglot(sql)
+    # A long statement makes a node per token, all alive until it is done: collections
+    # meanwhile find nothing to free but walk the whole heap (a 6,000-row VALUES list
+    # took 60-200 ms instead of 30 in a server holding many objects).
+    with _collection_paused():
+        if (fast := _scan_literal_insert(sql)) is not None:
+            return [fast]
+        return _parse_with_sqlglot(sql)
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """No cyclic garbage collection in the block (unless it was off already)."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _parse_with_sqlglot(sql: str) -> list[Statement]:

@@ -145,7 +145,11 @@ class MemTable:
             table = pa.concat_tables(self.batches) if len(self.batches) > 1 else self.batches[0]
             # One batch with each key once (an operator's per-epoch state) is already
             # consolidated.
-            if self.overwrites and not (self.unique and len(self.batches) == 1):
+            if (
+                self.overwrites
+                and table.num_rows > 1
+                and not (self.unique and len(self.batches) == 1)
+            ):
                 table = last_per_key(table, key_names)
             self.batches = [table]
             self._consolidated = table
@@ -389,10 +393,13 @@ class StateTable:
         names = [VNODE_COLUMN, *self.schema.column_names]
         cols = ", ".join(map(quote_ident, names))
         target = self.schema.physical_name
+        if not overwrites:
+            # Straight from Arrow, in the table's column order: registering a relation
+            # by name costs more than this whole insert for the few rows of a small
+            # epoch (0.85 ms against 1.1-1.2 ms for 1-16 rows).
+            cursor.from_arrow(table.select(names)).insert_into(target)
+            return
         with registered(cursor, table) as (name,):
-            if not overwrites:
-                cursor.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {name}")
-                return
             # One MERGE, not DELETE + INSERT: a key that stays is updated in place. In
             # an in-memory database DuckDB never reclaims the long strings of deleted
             # rows, so a rewritten 10 MB aggregate would cost 10 MB more every epoch.

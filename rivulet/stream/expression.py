@@ -94,6 +94,22 @@ def evaluate(
     return _evaluate_all(cur, table, exprs)
 
 
+def column_refs(exprs: ExprSet) -> list[int] | None:
+    """The input columns that the expressions only name, in order (a projection that
+    selects columns: no DuckDB needed); None if one of them computes something."""
+    refs = [_column_ref(e) for e in exprs.strict]
+    if not refs or any(r is None for r in refs):
+        return None
+    return [r for r in refs if r is not None]
+
+
+def select_columns(table: pa.Table, refs: list[int]) -> pa.Table:
+    """``evaluate`` of expressions that only name columns (``column_refs``)."""
+    return pa.Table.from_arrays(
+        [table.column(r) for r in refs], names=[f"c{i}" for i in range(len(refs))]
+    )
+
+
 _COLUMN_REF = re.compile(r"c(\d+)")
 
 

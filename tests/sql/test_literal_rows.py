@@ -13,7 +13,7 @@ from sqlglot import exp
 
 import rivulet
 from rivulet.common.types import BIGINT, INTEGER, VARCHAR
-from rivulet.sql.handlers.literal_rows import literal_rows_of
+from rivulet.sql.handlers.literal_rows import LiteralRows, literal_rows_of
 from rivulet.sql.parser import parse_one
 
 TYPES = ["smallint", "integer", "bigint", "double precision", "varchar", "text", "boolean"]
@@ -96,6 +96,28 @@ def test_a_literal_ends_as_the_general_path_ends_it(
     assert fast == general
 
 
+@pytest.mark.parametrize(
+    ("literal", "type_index"),
+    [("-32768", 0), ("32768", 0), ("2147483648", 1), ("-9223372036854775808", 2), ("'x'", 4),
+     ("NULL", 6), ("TRUE", 6), ("'true'", 6), ("12", 3), ("'12'", 1), ("1.5", 1), ("7", 5)],
+)  # fmt: skip
+def test_a_list_of_literals_only_ends_as_the_general_path_ends_it(
+    con: rivulet.Connection, literal: str, type_index: int
+) -> None:
+    # Built column by column, once (``LiteralRows.literals``), not item by item.
+    row = next(_ids)
+    outcomes = []
+    for table, item in ((f"fast_{type_index}", literal), (f"general_{type_index}", f"({literal})")):
+        try:
+            con.execute(f"INSERT INTO {table} VALUES ({row}, {item}), ({row}, NULL)")
+        except rivulet.Error as exc:
+            outcomes.append(("error", exc.sqlstate))
+            continue
+        stored = con.execute(f"SELECT v FROM {table} WHERE id = {row} ORDER BY v NULLS LAST")
+        outcomes.append(("stored", stored.fetchall()))
+    assert outcomes[0] == outcomes[1]
+
+
 def test_which_values_lists_take_the_fast_path() -> None:
     def recipe(sql: str, types: list[object]) -> object:
         values = parse_one(sql).tree.expression
@@ -104,6 +126,9 @@ def test_which_values_lists_take_the_fast_path() -> None:
 
     assert recipe("INSERT INTO t VALUES ($1, 'a'), ($2, NULL)", [INTEGER, VARCHAR]) is not None
     assert recipe("INSERT INTO t VALUES (-5, $1)", [BIGINT, VARCHAR]) is not None
+    literals = recipe("INSERT INTO t VALUES (-5, 'a'), (7, NULL)", [BIGINT, VARCHAR])
+    assert isinstance(literals, LiteralRows) and literals.literals is not None
+    assert literals.build([]).to_pylist() == [{"c0": -5, "c1": "a"}, {"c0": 7, "c1": None}]
     # An expression, DEFAULT, or a literal needing a cast: the general path.
     assert recipe("INSERT INTO t VALUES ($1 + 1)", [INTEGER]) is None
     assert recipe("INSERT INTO t VALUES (DEFAULT)", [INTEGER]) is None

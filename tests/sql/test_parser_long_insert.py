@@ -4,10 +4,14 @@ to the parser whatever it does not take."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rivulet.common.errors import Error
 from rivulet.sql import parser
 
 items = st.one_of(
@@ -79,3 +83,18 @@ def test_a_long_list_takes_the_scanner() -> None:
     sql += ", (1, 'a,b)', -2.5e3), (TRUE, '', false)"
     assert parser._scan_literal_insert(sql) is not None
     assert _parsed(sql, fast=True) == _parsed(sql, fast=False)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(1000)),
+        "INSERT INTO t VALUES " + ", ".join(f"({i}, 'v{i}')" for i in range(1000)) + ", (1,, 2)",
+        "SELECT " + ", ".join(str(i) for i in range(2000)),
+    ],
+)
+def test_a_long_statement_leaves_garbage_collection_on(sql: str) -> None:
+    # Collections pause while a long statement's nodes are made, whatever the outcome.
+    with contextlib.suppress(Error):
+        parser.parse_statements(sql)
+    assert gc.isenabled()

@@ -103,6 +103,9 @@ class LiteralRows:
     targets: tuple[str, ...]
     types: tuple[DataType, ...]
     rows: tuple[tuple[Item, ...], ...]
+    # Rows of literals only, built once: no item kept per value (a long VALUES list of
+    # literals made ~25,000 tuples that garbage collections walked).
+    literals: pa.Table | None = None
 
     @functools.cached_property
     def param_count(self) -> int:
@@ -117,6 +120,8 @@ class LiteralRows:
     def build_many(self, param_sets: Sequence[Sequence[object]]) -> pa.Table | None:
         """The rows for each parameter set in turn, as one table (a statement run once per
         set: a driver's ``executemany``), or None when some value needs the general path."""
+        if self.literals is not None:
+            return self.literals
         columns = []
         for i, dtype in enumerate(self.types):
             accepts = _acceptor(dtype)
@@ -146,8 +151,15 @@ def literal_rows_of(
     if not all(t in _INT_RANGES or t in (DOUBLE, VARCHAR, TEXT, BOOLEAN) for t in types):
         return None
     accepts = [_acceptor(t) for t in types]
-    rows = []
     width = len(targets)
+    literals = _literal_columns(values, width, accepts)
+    if literals is not None:
+        table = pa.Table.from_arrays(
+            [pa.array(c, type=arrow_type_of(t)) for c, t in zip(literals, types)],
+            names=list(targets),
+        )
+        return LiteralRows(tuple(targets), tuple(types), (), table)
+    rows = []
     for row in values.expressions:
         if len(row.expressions) != width:
             return None  # the general path says what is wrong
@@ -177,3 +189,21 @@ def literal_rows_of(
             items.append((0, value, None))
         rows.append(tuple(items))
     return LiteralRows(tuple(targets), tuple(types), tuple(rows))
+
+
+def _literal_columns(
+    values: exp.Values, width: int, accepts: Sequence[Callable[[object], bool]]
+) -> list[list[object]] | None:
+    """The values of a VALUES list of plain literals only, column by column, each stored
+    as it is; None if an item is anything else (a parameter, a cast, an expression)."""
+    columns: list[list[object]] = [[] for _ in range(width)]
+    for row in values.expressions:
+        items = row.expressions
+        if len(items) != width:
+            return None
+        for column, item, accept in zip(columns, items, accepts):
+            value = _literal(item)
+            if value is _NO_VALUE or not accept(value):
+                return None
+            column.append(value)
+    return columns

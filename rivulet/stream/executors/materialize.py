@@ -51,7 +51,7 @@ class MaterializeExecutor(Executor):
                 ):
                     out = await self.ctx.run_blocking(lambda cur, m=msg: self.overwrite(m, cur))
                 else:
-                    out = await self.ctx.run_blocking(lambda _cur, m=msg: self.write(m))
+                    out = await self.ctx.run_compute(lambda m=msg: self.write(m), msg.num_rows)
                 if out is not None and out.num_rows:
                     yield out
                 continue
