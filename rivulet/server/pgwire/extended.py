@@ -65,7 +65,7 @@ class PreparedStatement:
         return self.stmt.fresh()
 
 
-@dataclass
+@dataclass(slots=True)
 class Portal:
     """A bound statement (Bind message), possibly already run (Describe of a query runs it
     so that its columns are known; Execute then sends the kept rows)."""
@@ -221,6 +221,8 @@ class ExtendedProtocol:
         per row). Stops, leaving the rest to the loop, at anything else: another
         statement, a named portal, a row limit, a value that does not decode."""
         ps = self._batch[0].statement
+        result = self._batch[0].result
+        last_formats = self._batch[-1].result_formats
         reader = self.reader
         while True:
             start = reader.position
@@ -245,8 +247,14 @@ class ExtendedProtocol:
             self.out += m.BIND_COMPLETE
             if described:
                 self.out += m.NO_DATA
-            queued = Portal(ps, values, msg.result_formats)
-            queued.result = StatementResult(tag="INSERT 0 1", rowcount=1)
+            # Few objects per row (slots, one shared result): an executemany of 100,000
+            # rows made ~600,000 that every garbage collection walked (a third of its time).
+            formats = msg.result_formats
+            if formats == last_formats:
+                formats = last_formats
+            queued = Portal(ps, values, formats)
+            queued.result = result
+            last_formats = formats
             self._batch.append(queued)
 
     def _describes_batch(self, kind: bytes, body: bytes) -> bool:

@@ -332,9 +332,10 @@ def parse_bind(body: bytes) -> BindMessage:
     if nres < 0:
         raise ProtocolError("negative format count")
     result_formats = b.int16s(nres)
-    if any(f not in (0, 1) for f in (*formats, *result_formats)):
-        bad = next(f for f in (*formats, *result_formats) if f not in (0, 1))
-        raise ProtocolError(f"unsupported format code: {bad}")
+    for codes in (formats, result_formats):
+        for f in codes:
+            if f != 0 and f != 1:
+                raise ProtocolError(f"unsupported format code: {f}")
     return BindMessage(portal, statement, formats, params, result_formats)
 
 
