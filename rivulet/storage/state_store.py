@@ -556,7 +556,12 @@ class StateStore:
             try:
                 for write in writes:
                     write(cur)
-                cur.execute(f"UPDATE {META_SCHEMA}.store_format SET committed_epoch = ?", [epoch])
+                if self.directory is not None:
+                    # Read back only when a data directory is opened again; in memory
+                    # the attribute is the record (a statement less per epoch, ~0.4 ms).
+                    cur.execute(
+                        f"UPDATE {META_SCHEMA}.store_format SET committed_epoch = ?", [epoch]
+                    )
                 cur.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(duckdb.Error):
