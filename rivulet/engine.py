@@ -235,22 +235,7 @@ class Engine:
         last committed checkpoint. Synchronous, so no statement sees it half done: the
         rebuilt jobs take writes at once. Returns what starts their actors (the barrier
         manager calls it, after a backoff when failures repeat)."""
-        pinned = self.ddl.scale.pinned_counts()
-        self.runtime.abort_all()
-        change = CatalogChange()
-        jobs = self.ddl.jobs.start_existing(change, pinned)
-        replace_graph(jobs, change)
-        # Recovery runs when no commit is under way (the barrier manager defers it until
-        # the running one ends): the rebuilt layout is written at once, outside any epoch.
-        self.store.run_setup(change.statements)
-        change.committed()
-
-        def start() -> None:
-            for job in jobs:
-                if self.runtime.jobs.get(job.graph.job_id) is job:
-                    self.runtime.start_job(job)
-
-        return start
+        return self._rebuild(None)
 
     def _failure_domain(self, actor_id: int) -> FailureDomain | None:
         """The running jobs connected to the job of ``actor_id`` by reads (a table and
@@ -288,12 +273,21 @@ class Engine:
     def _rebuild_domain(self, domain: FailureDomain) -> Callable[[], None]:
         """After a failure in ``domain``: drop its actors and rebuild its jobs from the
         last committed checkpoint; the other jobs run on. Returns what starts them."""
+        return self._rebuild(domain.jobs)
+
+    def _rebuild(self, only: frozenset[int] | None) -> Callable[[], None]:
+        """Drop the actors of ``only`` (None: of every job) and rebuild those jobs from
+        the last committed checkpoint; returns what starts the rebuilt actors."""
         pinned = self.ddl.scale.pinned_counts()
-        self.runtime.abort_jobs(domain.jobs)
+        if only is None:
+            self.runtime.abort_all()
+        else:
+            self.runtime.abort_jobs(only)
         change = CatalogChange()
-        jobs = self.ddl.jobs.start_existing(change, pinned, only=domain.jobs)
-        replace_graph(jobs, change, only=True)
-        # No commit is under way (the barrier manager waits for a running one).
+        jobs = self.ddl.jobs.start_existing(change, pinned, only=only)
+        replace_graph(jobs, change, only=only is not None)
+        # Recovery runs when no commit is under way (the barrier manager defers it until
+        # the running one ends): the rebuilt layout is written at once, outside any epoch.
         self.store.run_setup(change.statements)
         change.committed()
 

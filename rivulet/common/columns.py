@@ -15,6 +15,16 @@ def combine(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr
 
 
+def plain_values(arr: pa.Array) -> pa.Array:
+    """The values of a column as a plain array: a dictionary decoded, an extension
+    type's storage (equal values stay equal, for hashing and joining)."""
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if isinstance(arr.type, pa.ExtensionType):
+        arr = arr.storage
+    return arr
+
+
 _INTERVAL_STRUCT = pa.struct(
     [pa.field("months", pa.int32()), pa.field("days", pa.int32()), pa.field("nanos", pa.int64())]
 )

@@ -24,6 +24,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rivulet.common.columns import plain_values
+
 VNODE_COUNT = 256
 
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
@@ -121,13 +123,8 @@ def _horner_flat(
 
 def _canonical(arr: pa.Array) -> np.ndarray:
     """Each value of a key column as a uint64 before mixing."""
+    arr = plain_values(arr)
     t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.dictionary_decode()
-        t = arr.type
-    if isinstance(t, pa.ExtensionType):
-        arr = arr.storage
-        t = arr.type
     if pa.types.is_boolean(t):
         return _as_int64(pc.cast(arr, pa.int8())).view(np.uint64)
     if pa.types.is_integer(t):

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rivulet.common.chunk import Op, StreamChunk
+from rivulet.common.columns import plain_values
 from rivulet.storage.state_table import StateTable
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.executors.two_input import LEFT, RIGHT, aligned
@@ -86,13 +87,8 @@ def _polars_column(arr: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A column polars can import, with the same equalities as the original."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    arr = plain_values(arr)
     t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.dictionary_decode()
-        t = arr.type
-    if isinstance(t, pa.ExtensionType):
-        arr = arr.storage
-        t = arr.type
     if t == pa.month_day_nano_interval():
         # Its 16 bytes per value, as a binary (zero copy).
         return pa.FixedSizeBinaryArray.from_buffers(

@@ -48,7 +48,6 @@ from rivulet.stream.message import Barrier
 
 # The cache is dropped at a barrier above this many rows (it refills lazily from state).
 CACHE_MAX_ROWS = 1_000_000
-# Input rows applied together at most (an epoch's chunks are applied at its barrier).
 
 
 class OverWindowExecutor(EpochBatchedExecutor):

@@ -58,7 +58,6 @@ _MARK = "__mark"
 _RANK = "__rank"
 # Reloads read this many rows beyond offset + limit (at least), to absorb deletes.
 MIN_SPARE_ROWS = 64
-# Input rows applied together at most (an epoch's chunks are applied at its barrier).
 
 
 def key_ids(parts: Sequence[pa.Table], cols: Sequence[str]) -> list[np.ndarray]:
