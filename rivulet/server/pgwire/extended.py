@@ -33,7 +33,7 @@ from rivulet.server.pgwire.result_rows import ResultRows
 from rivulet.sql import dialect
 from rivulet.sql.handlers import describe
 from rivulet.sql.parser import Statement
-from rivulet.sql.result import Column, StatementResult
+from rivulet.sql.result import Column, CopyInRequest, StatementResult
 
 if TYPE_CHECKING:
     from rivulet.sql.session import Session
@@ -125,6 +125,22 @@ class ExtendedProtocol:
     skip_until_sync: bool
     transaction_failed: bool
     process_id: int
+
+    if TYPE_CHECKING:  # provided by ``Connection`` (and its ``Transfer`` part)
+
+        def _check_not_aborted(self, stmt: Statement | None) -> None: ...
+        async def _run_statement(
+            self, stmt: Statement, params: list[object]
+        ) -> StatementResult: ...
+        async def _send_rows(
+            self, rows: ResultRows, columns: list[Column], formats: list[int], limit: int | None
+        ) -> int: ...
+        def _side_messages(self, result: StatementResult) -> None: ...
+        def _row_description(self, columns: list[Column], formats: list[int]) -> bytes: ...
+        async def _copy_in(self, request: CopyInRequest) -> bool: ...
+        async def _copy_out(self, result: StatementResult) -> None: ...
+        def _extended_error(self, exc: Error) -> None: ...
+        def _drop_portal(self, name: str) -> None: ...
 
     async def _parse(self, body: bytes) -> None:
         assert self.session is not None
