@@ -22,13 +22,17 @@ from sqlglot import exp
 from rivulet.common.errors import UNDEFINED_FUNCTION, sql_error
 from rivulet.common.types import DataType
 from rivulet.sql.planner.expr import ExprCompiler, conjuncts
-from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
-from rivulet.sql.planner.shared import _names_column, _not_supported, _type_category
+from rivulet.sql.planner.scope import Planned, Scope
+from rivulet.sql.planner.shared import (
+    _names_column,
+    _not_supported,
+    _type_category,
+    computed_columns,
+)
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     ExchangeKind,
     ExchangeNode,
-    Field,
     FilterNode,
     HashJoinNode,
     JoinKind,
@@ -94,8 +98,8 @@ class JoinPlanning:
             # The WHERE clause now holds only what the join did not take.
             remaining = [c for c in conjuncts(where.this) if c in rest]
             where.set("this", exp.and_(*remaining) if remaining else exp.true())
-        left, lk = self._key_columns(left, left_keys)
-        right, rk = self._key_columns(right, right_keys)
+        left, lk = computed_columns(self.exprs, left, left_keys, "_key{}".format)
+        right, rk = computed_columns(self.exprs, right, right_keys, "_key{}".format)
         self._unify_key_types(left, lk, right, rk)
         combined = left.scope.concat(right.scope)
         n_left = len(left.scope)
@@ -164,31 +168,6 @@ class JoinPlanning:
         if sa == "right" and sb == "left":
             return b, a
         return None
-
-    def _key_columns(self, rel: Planned, keys: list[exp.Expression]) -> tuple[Planned, list[int]]:
-        """Key expressions as columns of ``rel`` (computed ones appended by a project)."""
-        indices: list[int] = []
-        extra: list[exp.Expression] = []
-        for k in keys:
-            if isinstance(k, exp.Column):
-                indices.append(rel.scope.resolve(k))
-            else:
-                indices.append(len(rel.scope) + len(extra))
-                extra.append(k)
-        if not extra:
-            return rel, indices
-        exprs, types = self.exprs.compile(extra, rel.scope)
-        n = len(rel.scope)
-        all_exprs = ExprSet.plain([f"c{i}" for i in range(n)]) + exprs
-        schema = Schema(list(rel.node.schema) + [Field(f"_key{i}", t) for i, t in enumerate(types)])
-        node = ProjectNode(
-            schema, list(rel.node.stream_key), rel.node.append_only, [rel.node], exprs=all_exprs
-        )
-        scope = Scope(
-            rel.scope.columns
-            + [ScopeColumn(None, f"_key{i}", t, True) for i, t in enumerate(types)]
-        )
-        return Planned(node, scope, rel.dist), indices
 
     def _unify_key_types(self, left: Planned, lk: list[int], right: Planned, rk: list[int]) -> None:
         for a, b in zip(lk, rk):

@@ -30,15 +30,14 @@ from rivulet.sql.binder import pg_output_name
 from rivulet.sql.parser import position_of
 from rivulet.sql.planner.expr import ExprCompiler, conjuncts
 from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
+from rivulet.sql.planner.shared import computed_columns
 from rivulet.storage.state_table import StateTableSchema
-from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     ExchangeKind,
     ExchangeNode,
     Field,
     OverWindowNode,
     PlanNode,
-    ProjectNode,
     Schema,
     TopNNode,
 )
@@ -56,6 +55,11 @@ _HINT = (
 # Results that depend on the order of rows among ORDER BY peers (with the default frame).
 _ORDER_SENSITIVE = ("row_number", "lag", "lead")
 _columns = itertools.count()
+
+
+def _key_name(_index: int) -> str:
+    """A hidden key column of a window's input, named uniquely."""
+    return f"_over_key{next(_columns)}"
 
 
 def _window_error(what: str, node: exp.Expression | None = None) -> Exception:
@@ -304,38 +308,6 @@ def _validate(w: exp.Window) -> None:
             raise _window_error("frame EXCLUDE", w)
 
 
-def _computed_columns(
-    compiler: ExprCompiler, rel: Planned, exprs: list[exp.Expression]
-) -> tuple[Planned, list[int]]:
-    """Expressions as columns of ``rel``: input columns as they are, others appended by
-    a projection (hidden, named uniquely)."""
-    indices: list[int] = []
-    extra: list[exp.Expression] = []
-    for e in exprs:
-        if isinstance(e, exp.Column):
-            indices.append(rel.scope.resolve(e))
-        else:
-            indices.append(len(rel.scope) + len(extra))
-            extra.append(e)
-    if not extra:
-        return rel, indices
-    compiled, types = compiler.compile(extra, rel.scope)
-    n = len(rel.scope)
-    names = [f"_over_key{next(_columns)}" for _ in extra]
-    same = [f"c{i}" for i in range(n)]
-    node = ProjectNode(
-        Schema(list(rel.node.schema) + [Field(nm, t) for nm, t in zip(names, types)]),
-        list(rel.node.stream_key),
-        rel.node.append_only,
-        [rel.node],
-        exprs=ExprSet.plain(same) + compiled,
-    )
-    scope = Scope(
-        rel.scope.columns + [ScopeColumn(None, nm, t, True) for nm, t in zip(names, types)]
-    )
-    return Planned(node, scope, rel.dist), indices
-
-
 def _exchange(rel: Planned, partition: list[int]) -> ExchangeNode:
     """Rows of a partition meet on one actor: hashed by the partition key, or all on a
     single actor when there is none."""
@@ -363,7 +335,7 @@ def _group_top_n(
 ) -> tuple[Planned, list[str]]:
     partition = list(w.args.get("partition_by") or [])
     ordered = list(w.args["order"].expressions)
-    rel, cols = _computed_columns(compiler, rel, partition + [o.this for o in ordered])
+    rel, cols = computed_columns(compiler, rel, partition + [o.this for o in ordered], _key_name)
     part, order_cols = cols[: len(partition)], cols[len(partition) :]
     keys: list[tuple[int, bool, bool]] = []
     for o, c in zip(ordered, order_cols):
@@ -396,7 +368,7 @@ def _over_window(
 ) -> tuple[Planned, list[str]]:
     """One OverWindow for calls sharing a PARTITION BY."""
     partition = list(windows[0].args.get("partition_by") or [])
-    rel, part = _computed_columns(compiler, rel, partition)
+    rel, part = computed_columns(compiler, rel, partition, _key_name)
     tie = [exp.Ordered(this=exp.column(f"c{k}"), desc=False, nulls_first=False)
            for k in rel.node.stream_key]  # fmt: skip
     trees = []
