@@ -304,6 +304,21 @@ class ExchangeNode(PlanNode):
     kind: ExchangeKind = None  # type: ignore[assignment]
     key: list[int] = field(default_factory=list)
 
+    @classmethod
+    def hash_of(
+        cls, node: PlanNode, key: list[int], *, stream_key: list[int] | None = None
+    ) -> ExchangeNode:
+        """``node``'s rows, hashed by ``key`` to the next fragment's actors; the rows keep
+        ``node``'s schema and, unless told otherwise, its stream key."""
+        keep = node.stream_key if stream_key is None else stream_key
+        return cls(node.schema, keep, node.append_only, [node], kind=ExchangeKind.HASH, key=key)
+
+    @classmethod
+    def single_of(cls, node: PlanNode, *, stream_key: list[int] | None = None) -> ExchangeNode:
+        """``node``'s rows, gathered by one actor (a singleton fragment)."""
+        keep = node.stream_key if stream_key is None else stream_key
+        return cls(node.schema, keep, node.append_only, [node], kind=ExchangeKind.SIMPLE, key=[])
+
     def describe(self) -> str:
         keys = ", ".join(f"c{k}" for k in self.key)
         return f"Exchange {{ kind: {self.kind.value}, key: [{keys}] }}"

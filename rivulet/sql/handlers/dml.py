@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -486,17 +487,12 @@ def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
             else exp.column(quote(c.name), target)
         )
         new_cols.append(exp.alias_(expr, quote(f"n{i}")))
-    select = exp.select(*old_cols, *new_cols).from_(_target_relation(binder, table, ref))
-    _attach_with(select, ast)
     from_ = ast.args.get("from_")
+    extras: list[exp.Expression] = []
     if from_ is not None:
-        for extra in [from_.this, *from_.expressions]:
-            if extra is not None:
-                select = select.join(extra, join_type="cross")
-    if ast.args.get("where") is not None:
-        select.set("where", ast.args["where"])
-    bound = binder.bind_query(select, name_outputs=False)
-    return DmlPlan(table, ref, bound, ast.args.get("returning"), [])
+        extras = [from_.this, *from_.expressions]
+    extras = [e for e in extras if e is not None]
+    return _target_rows_plan(binder, table, ast, old_cols + new_cols, extras)
 
 
 async def handle_update(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
@@ -554,9 +550,22 @@ def plan_delete(session: Session, ast: exp.Delete) -> DmlPlan:
     target = quote(ref.alias_or_name)
     cols = [exp.column(quote(VNODE_COLUMN), target)]
     cols += [exp.column(quote(c.name), target) for c in table.columns]
-    select = exp.select(*cols).from_(_target_relation(binder, table, ref))
+    return _target_rows_plan(binder, table, ast, cols, ast.args.get("using") or [])
+
+
+def _target_rows_plan(
+    binder: Binder,
+    table: TableCatalog,
+    ast: exp.Update | exp.Delete,
+    columns: Sequence[exp.Expr],
+    extras: Sequence[exp.Expr],
+) -> DmlPlan:
+    """The SELECT of ``columns`` over the target rows an UPDATE or DELETE touches: the
+    target, its WITH, the extra relations (``FROM`` / ``USING``) cross-joined, the WHERE."""
+    ref = ast.this
+    select = exp.select(*columns).from_(_target_relation(binder, table, ref))
     _attach_with(select, ast)
-    for extra in ast.args.get("using") or []:
+    for extra in extras:
         select = select.join(extra, join_type="cross")
     if ast.args.get("where") is not None:
         select.set("where", ast.args["where"])

@@ -70,10 +70,7 @@ def _distributed(planned: Planned, pk: list[int]) -> tuple[PlanNode, list[int]]:
     if _fragment_is_single(planned.node):
         return planned.node, pk
     node = planned.node
-    exchange = ExchangeNode(
-        node.schema, node.stream_key, node.append_only, [node], kind=ExchangeKind.HASH, key=pk
-    )
-    return exchange, pk
+    return ExchangeNode.hash_of(node, pk), pk
 
 
 def _fragment_is_single(node: PlanNode) -> bool:

@@ -26,7 +26,6 @@ from rivulet.sql.planner.shared import _names_column, _not_supported
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     AggCall,
-    ExchangeKind,
     ExchangeNode,
     Field,
     HashAggNode,
@@ -138,14 +137,7 @@ class AggregatePlanning:
         out_fields = [Field(f"g{i}", pre_types[i]) for i in range(g)]
         out_fields += [Field(f"a{i}", c.output_type) for i, c in enumerate(agg_calls)]
         if g:
-            exchange = ExchangeNode(
-                pre_schema,
-                [],
-                pre_node.append_only,
-                [pre_node],
-                kind=ExchangeKind.HASH,
-                key=list(range(g)),
-            )
+            exchange = ExchangeNode.hash_of(pre_node, list(range(g)))
             node: HashAggNode = HashAggNode(
                 Schema(out_fields), list(range(g)), False, [exchange],
                 group_key=list(range(g)), aggs=agg_calls,
@@ -153,9 +145,7 @@ class AggregatePlanning:
             )  # fmt: skip
             dist: list[int] | None = list(range(g))
         else:
-            exchange = ExchangeNode(
-                pre_schema, [], pre_node.append_only, [pre_node], kind=ExchangeKind.SIMPLE, key=[]
-            )
+            exchange = ExchangeNode.single_of(pre_node)
             node = SimpleAggNode(
                 Schema(out_fields), [], False, [exchange],
                 group_key=[], aggs=agg_calls,

@@ -31,7 +31,6 @@ from rivulet.sql.planner.shared import (
 )
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
-    ExchangeKind,
     ExchangeNode,
     FilterNode,
     HashJoinNode,
@@ -107,22 +106,8 @@ class JoinPlanning:
         if on is not None and rest:
             self._check_boolean(rest, combined, "JOIN/ON")
             condition, _ = self.exprs.compile([exp.and_(*rest)], combined)
-        left_node = ExchangeNode(
-            left.node.schema,
-            left.node.stream_key,
-            left.node.append_only,
-            [left.node],
-            kind=ExchangeKind.HASH,
-            key=lk,
-        )
-        right_node = ExchangeNode(
-            right.node.schema,
-            right.node.stream_key,
-            right.node.append_only,
-            [right.node],
-            kind=ExchangeKind.HASH,
-            key=rk,
-        )
+        left_node = ExchangeNode.hash_of(left.node, lk)
+        right_node = ExchangeNode.hash_of(right.node, rk)
         # The join key is part of the stream key: a row whose join key changes is
         # retracted by one actor and re-emitted by another, and downstream must not see
         # both under one key (their order across actors is not defined).

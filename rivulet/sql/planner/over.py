@@ -33,7 +33,6 @@ from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
 from rivulet.sql.planner.shared import computed_columns
 from rivulet.storage.state_table import StateTableSchema
 from rivulet.stream.plan import (
-    ExchangeKind,
     ExchangeNode,
     Field,
     OverWindowNode,
@@ -313,13 +312,8 @@ def _exchange(rel: Planned, partition: list[int]) -> ExchangeNode:
     single actor when there is none."""
     node = rel.node
     if partition:
-        return ExchangeNode(
-            node.schema, node.stream_key, node.append_only, [node],
-            kind=ExchangeKind.HASH, key=list(partition),
-        )  # fmt: skip
-    return ExchangeNode(
-        node.schema, node.stream_key, node.append_only, [node], kind=ExchangeKind.SIMPLE, key=[]
-    )
+        return ExchangeNode.hash_of(node, list(partition))
+    return ExchangeNode.single_of(node)
 
 
 def partitioned_state_schema(node: PlanNode, partition: list[int]) -> StateTableSchema:

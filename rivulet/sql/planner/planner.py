@@ -40,7 +40,6 @@ from rivulet.sql.windows import (
 )
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
-    ExchangeKind,
     ExchangeNode,
     Field,
     FilterNode,
@@ -349,9 +348,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         schema = Schema(Field(rel.scope.columns[i].name, t) for i, t in zip(visible, types))
         project = ProjectNode(schema, [], rel.node.append_only, [rel.node], exprs=exprs)
         keys = list(range(len(visible)))
-        exchange = ExchangeNode(
-            schema, [], project.append_only, [project], kind=ExchangeKind.HASH, key=keys
-        )
+        exchange = ExchangeNode.hash_of(project, keys)
         node = HashAggNode(
             schema, keys, False, [exchange], group_key=keys, aggs=[],
             state_tables=agg_state_schemas(schema, keys, [], rel.node.append_only),
@@ -406,14 +403,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
             _int_literal(offset.expression if isinstance(offset, exp.Offset) else offset, "OFFSET")
             or 0
         )
-        exchange = ExchangeNode(
-            rel.node.schema,
-            rel.node.stream_key,
-            rel.node.append_only,
-            [rel.node],
-            kind=ExchangeKind.SIMPLE,
-            key=[],
-        )
+        exchange = ExchangeNode.single_of(rel.node)
         node = TopNNode(
             rel.node.schema, list(rel.node.stream_key), False, [exchange],
             order=keys, limit=n_limit, offset=n_offset,
@@ -501,16 +491,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
                 schema, key, p.node.append_only, [p.node], exprs=ExprSet.plain(exprs)
             )
             full_key = list(range(width, len(out_types)))
-            inputs.append(
-                ExchangeNode(
-                    schema,
-                    full_key,
-                    project.append_only,
-                    [project],
-                    kind=ExchangeKind.HASH,
-                    key=full_key,
-                )
-            )
+            inputs.append(ExchangeNode.hash_of(project, full_key, stream_key=full_key))
         full_key = list(range(width, len(out_types)))
         out_names = names + ["_branch"] + [f"_key{i}" for i in range(len(key_types))]
         node = UnionNode(

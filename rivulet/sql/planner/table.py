@@ -8,7 +8,6 @@ from rivulet.stream.connectors import offsets_state_schema
 from rivulet.stream.executor import Field, Schema
 from rivulet.stream.plan import (
     DmlNode,
-    ExchangeKind,
     ExchangeNode,
     MaterializeNode,
     PlanNode,
@@ -47,9 +46,7 @@ def _connector_table_plan(table: TableCatalog, schema: Schema) -> PlanNode:
         options=dict(table.options),
         state_schema=offsets_state_schema(),
     )
-    exchange = ExchangeNode(
-        schema, list(table.pk), True, [source], kind=ExchangeKind.HASH, key=list(table.dist_key)
-    )
+    exchange = ExchangeNode.hash_of(source, list(table.dist_key))
     return MaterializeNode(
         schema,
         list(table.pk),
