@@ -30,6 +30,7 @@ from rivulet.meta.recovery import ActorInfo
 from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
 from rivulet.sql.functions import SIGNAL_BACKEND_FUNCTION
+from rivulet.sql.handlers import STATEMENT_HANDLERS
 from rivulet.sql.planner.table import table_plan
 from rivulet.sql.query_pool import QueryPool
 from rivulet.sql.session import Session
@@ -210,7 +211,7 @@ class Engine:
         if table.kind == "table":
             return table_plan(table)
 
-        session = Session(self.frontend)  # internal: not a client's, not listed
+        session = Session(self.frontend, STATEMENT_HANDLERS)  # internal: not a client's, not listed
         stmt = session.parse(table.definition)[0]
         root = plan_mv_statement(session, stmt, stmt.ast).root
         assert isinstance(root, MaterializeNode)
@@ -318,7 +319,7 @@ class Engine:
 
     def new_session(self, user: str = "root", database: str = "dev") -> Session:
         """A client's session (listed in pg_stat_activity until it is closed)."""
-        session = Session(self.frontend, user=user, database=database)
+        session = Session(self.frontend, STATEMENT_HANDLERS, user=user, database=database)
         self.frontend.sessions[session.id] = session
         return session
 

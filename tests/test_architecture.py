@@ -36,26 +36,7 @@ LAYERS = {
 }
 
 # Cycles closed only by annotation imports, each as its sorted modules.
-ANNOTATION_CYCLES: set[tuple[str, ...]] = {
-    # Session dispatches to the handlers; the handlers (and the frontend context that
-    # lists sessions, and the MV planner's entry point) name the Session in annotations.
-    (
-        "rivulet.sql.context",
-        "rivulet.sql.handlers",
-        "rivulet.sql.handlers.alter",
-        "rivulet.sql.handlers.copy",
-        "rivulet.sql.handlers.ddl",
-        "rivulet.sql.handlers.dml",
-        "rivulet.sql.handlers.misc",
-        "rivulet.sql.handlers.query",
-        "rivulet.sql.handlers.session_statements",
-        "rivulet.sql.handlers.show",
-        "rivulet.sql.planner",
-        "rivulet.sql.session",
-    ),
-    # The server owns its connections; a connection names the server in annotations.
-    ("rivulet.server.pgwire.connection", "rivulet.server.pgwire.server"),
-}
+ANNOTATION_CYCLES: set[tuple[str, ...]] = set()
 
 
 @dataclass(frozen=True)

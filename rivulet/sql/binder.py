@@ -58,7 +58,7 @@ class Binder(RelationBinding, CallBinding, ParameterBinding, OutputNaming):
         self.scope: dict[str, TableCatalog] = {}
 
     # -------------------------------------------------------------- binding
-    def bind_query(self, ast: exp.Expression, *, name_outputs: bool = True) -> BoundQuery:
+    def bind_query(self, ast: exp.Expr, *, name_outputs: bool = True) -> BoundQuery:
         """Bind a SELECT (or VALUES / set operation) for DuckDB."""
         if name_outputs:
             self.name_output_columns(ast)
@@ -73,7 +73,7 @@ class Binder(RelationBinding, CallBinding, ParameterBinding, OutputNaming):
             volatile=volatile,
         )
 
-    def prepare(self, ast: exp.Expression) -> exp.Expression:
+    def prepare(self, ast: exp.Expr) -> exp.Expr:
         """Normalize, check and rewrite an expression tree in place (returns the root)."""
         ast = normalize_identifiers(ast, dialect="postgres")
         ctes = {cte.alias_or_name for cte in ast.find_all(exp.CTE)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import duckdb
 import numpy as np
@@ -21,10 +21,17 @@ from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import StateTableSchema, quote_ident
 from rivulet.stream.runtime import StreamRuntime
 
-if TYPE_CHECKING:
-    from rivulet.sql.session import Session
-
 T = TypeVar("T")
+
+
+class ClientSession(Protocol):
+    """What the engine-wide views need of a client's session (``sql.session.Session``)."""
+
+    def activity(self) -> Activity: ...
+
+    def cancel(self) -> None: ...
+
+    def terminate(self) -> None: ...
 
 
 class RowIdGenerator:
@@ -74,7 +81,7 @@ class FrontendContext:
     queries: QueryPool
     session_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     # The client sessions (pg_stat_activity, pg_cancel_backend), by id.
-    sessions: dict[int, Session] = field(default_factory=dict)
+    sessions: dict[int, ClientSession] = field(default_factory=dict)
     database: str = "dev"
     _row_ids: dict[int, RowIdGenerator] = field(default_factory=dict)
 

@@ -210,7 +210,7 @@ _ALLOWED_NODE_NAMES = [
     "Corr",
 ]
 
-ALLOWED_NODE_TYPES: frozenset[type[exp.Expression]] = frozenset(
+ALLOWED_NODE_TYPES: frozenset[type[exp.Expr]] = frozenset(
     t for t in (getattr(exp, name, None) for name in _ALLOWED_NODE_NAMES) if t is not None
 )
 
@@ -444,7 +444,7 @@ SESSION_FUNCTIONS = frozenset(
 # pg_terminate_backend call: (pid INTEGER, terminate BOOLEAN) -> BOOLEAN.
 SIGNAL_BACKEND_FUNCTION = "rw_signal_backend"
 # Typed nodes sqlglot makes of session functions, with the PostgreSQL name of each.
-SESSION_NODE_NAMES: dict[type[exp.Expression], str] = {
+SESSION_NODE_NAMES: dict[type[exp.Expr], str] = {
     t: name
     for cls, name in [
         ("CurrentVersion", "version"),
@@ -488,7 +488,7 @@ JSON_TABLE_FUNCTIONS: dict[str, str] = {
 }
 
 
-def function_name(node: exp.Expression) -> str:
+def function_name(node: exp.Expr) -> str:
     """The name to report for a function node."""
     if isinstance(node, exp.Anonymous):
         return node.name.lower()

@@ -24,7 +24,7 @@ from rivulet.sql.dialect import DIALECT, WORD_STATEMENTS, RwStatement
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 # Top-level nodes that are statements; anything else at the top is a syntax error.
-_STATEMENT_TYPES: tuple[type[exp.Expression], ...] = (
+_STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
     exp.Query,
     exp.Insert,
     exp.Update,
@@ -63,13 +63,13 @@ class Statement:
 
     def __init__(
         self,
-        ast: exp.Expression,
+        ast: exp.Expr,
         text: str,
         start: int,
         *,
         shared: bool = False,
         notices: tuple[str, ...] = (),
-        names: exp.Expression | None = None,
+        names: exp.Expr | None = None,
     ):
         self._tree = ast
         # The part of the tree that holds every identifier, when the parser knows it to be
@@ -82,7 +82,7 @@ class Statement:
         self.notices = notices
 
     @property
-    def ast(self) -> exp.Expression:
+    def ast(self) -> exp.Expr:
         """This statement's own tree, free to rewrite."""
         if not self._owned:
             self._tree = self._tree.copy()
@@ -91,12 +91,12 @@ class Statement:
         return self._tree
 
     @property
-    def tree(self) -> exp.Expression:
+    def tree(self) -> exp.Expr:
         """The tree for reading only (no copy)."""
         return self._tree
 
     @property
-    def names_tree(self) -> exp.Expression:
+    def names_tree(self) -> exp.Expr:
         """The subtree that holds the statement's identifiers (often the whole tree)."""
         return self._names if self._names is not None else self._tree
 
@@ -215,7 +215,7 @@ def _row_pattern(width: int) -> re.Pattern[str]:
     return re.compile(rf"\s*\({items}\s*\)(\s*,)?", re.I)
 
 
-def _item_node(text: str) -> exp.Expression:
+def _item_node(text: str) -> exp.Expr:
     """The literal node of an item's text (as ``_ROW_ITEM`` or ``_VALUES_TOKEN`` read it)."""
     first = text[0]
     if first == "'":
@@ -234,8 +234,8 @@ def _scan_literal_insert(sql: str) -> Statement | None:
     head = _INSERT_PREFIX.match(sql)
     if head is None:
         return None
-    rows: list[exp.Expression] = []
-    items: list[exp.Expression] = []
+    rows: list[exp.Expr] = []
+    items: list[exp.Expr] = []
     # What comes next: a row's "(", an item, "," or ")" after an item, "," after a row.
     expect = "row"
     pos = last = head.end()
@@ -354,7 +354,7 @@ def _parse_with_sqlglot(sql: str) -> list[Statement]:
     return out
 
 
-def _values_as_query(values: exp.Values) -> exp.Expression:
+def _values_as_query(values: exp.Values) -> exp.Expr:
     """A bare ``VALUES`` list is a query whose columns are named column1, column2, ...
     (PostgreSQL): ``SELECT * FROM (VALUES ...) AS "values"(column1, ...)``."""
     modifiers = {}
@@ -384,7 +384,7 @@ def parse_one(sql: str) -> Statement:
     return stmts[0]
 
 
-def position_of(node: exp.Expression) -> int | None:
+def position_of(node: exp.Expr) -> int | None:
     """1-based position of a node's first identifier in the statement text."""
     for ident in [node, *node.find_all(exp.Identifier)]:
         meta = getattr(ident, "_meta", None) or {}

@@ -1,7 +1,8 @@
 """A session: one client's connection state and the entry point for its statements.
 
 ``execute`` parses a query string into statements and runs each through the handler for
-its kind (``sql/handlers``). Both faces - the embedded DB-API and the pgwire server - drive
+its kind (``sql/handlers``, handed in as ``StatementHandlers`` by whoever opens sessions:
+the handlers name the session, so the session does not import them). Both faces - the embedded DB-API and the pgwire server - drive
 sessions the same way.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 import duckdb
@@ -39,7 +41,7 @@ from rivulet.sql.statement_cache import StatementCache
 T = TypeVar("T")
 
 
-def _reads_nothing(tree: exp.Expression) -> bool:
+def _reads_nothing(tree: exp.Expr) -> bool:
     """A write that reads no stored rows (an INSERT of VALUES without subqueries): in a
     pipeline it need not wait for the commit of the writes before it."""
     if not isinstance(tree, exp.Insert) or not isinstance(tree.expression, exp.Values):
@@ -64,9 +66,26 @@ CANCEL_CLIENT_GONE = "canceling statement due to client disconnect"
 TERMINATED = "terminating connection due to administrator command"
 
 
+@dataclass(frozen=True)
+class StatementHandlers:
+    """What runs a parsed statement (``rivulet.sql.handlers.STATEMENT_HANDLERS``)."""
+
+    dispatch: Callable[[Session, Statement, list[object]], Awaitable[StatementResult]]
+    # The plan of an INSERT that may run for many parameter sets as one write, or None.
+    batchable_insert: Callable[[Session, Statement], object | None]
+    insert_parameter_sets: Callable[[Session, Statement, list[list[object]]], Awaitable[int | None]]
+
+
 class Session:
-    def __init__(self, ctx: FrontendContext, user: str = "root", database: str = "dev") -> None:
+    def __init__(
+        self,
+        ctx: FrontendContext,
+        handlers: StatementHandlers,
+        user: str = "root",
+        database: str = "dev",
+    ) -> None:
         self.ctx = ctx
+        self.handlers = handlers
         self.id = next(ctx.session_ids)
         self.user = user
         self.database = database
@@ -269,15 +288,15 @@ class Session:
         """Run one statement. A large query result comes back with a ``stream`` that
         holds DuckDB resources until it is read out or closed (``read_all``, ``pull``,
         ``StatementResult.close``)."""
-        from rivulet.sql.handlers import dispatch
-
         with self.running(stmt.text):
             try:
                 if not (self.defer_commits and _reads_nothing(stmt.tree)):
                     # What it reads includes earlier writes (an UPDATE in a pipeline sees
                     # the INSERTs before it, as in PostgreSQL's implicit transaction).
                     await self.settle_writes()
-                result = await dispatch(self, stmt, list(params) if params is not None else [])
+                result = await self.handlers.dispatch(
+                    self, stmt, list(params) if params is not None else []
+                )
             except BaseException as exc:
                 raise self.statement_error(exc, stmt.text) from None
         if stmt.notices:
@@ -287,19 +306,15 @@ class Session:
     def batchable(self, stmt: Statement) -> bool:
         """Whether runs of ``stmt`` for many parameter sets may be written as one
         (``execute_batch``): a plain INSERT of parameters, outside a transaction block."""
-        from rivulet.sql.handlers.dml import batchable_insert
-
-        return not self.in_transaction and batchable_insert(self, stmt) is not None
+        return not self.in_transaction and self.handlers.batchable_insert(self, stmt) is not None
 
     async def execute_batch(self, stmt: Statement, param_sets: list[list[object]]) -> int | None:
         """Run ``stmt`` (``batchable``) once per parameter set as one write, all its rows
         in one epoch; returns the row count, or None, having written nothing, when some
         set needs the statement's general path. An error writes nothing either."""
-        from rivulet.sql.handlers.dml import insert_parameter_sets
-
         with self.running(stmt.text):
             try:
-                return await insert_parameter_sets(self, stmt, param_sets)
+                return await self.handlers.insert_parameter_sets(self, stmt, param_sets)
             except BaseException as exc:
                 raise self.statement_error(exc, stmt.text) from None
 
@@ -619,5 +634,5 @@ def _parse(sql: str) -> list[Statement]:
     return parsed
 
 
-def is_query(ast: exp.Expression) -> bool:
+def is_query(ast: exp.Expr) -> bool:
     return isinstance(ast, exp.Query)

@@ -27,23 +27,23 @@ _LOCAL_CASTS = {exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATE, exp.DataTyp
 _TSTZ_TYPES = {exp.DataType.Type.TIMESTAMPTZ}
 
 
-def _call(name: str, *args: exp.Expression) -> exp.Expression:
+def _call(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Dot(
         this=exp.to_identifier(S), expression=exp.Anonymous(this=name, expressions=list(args))
     )
 
 
-def _is_tstz(x: exp.Expression) -> exp.Expression:
+def _is_tstz(x: exp.Expr) -> exp.Expr:
     typeof = exp.Anonymous(this="typeof", expressions=[x.copy()])
     return exp.EQ(this=typeof, expression=exp.Literal.string("TIMESTAMP WITH TIME ZONE"))
 
 
-def _either(x: exp.Expression, local: exp.Expression, other: exp.Expression) -> exp.Expression:
+def _either(x: exp.Expr, local: exp.Expr, other: exp.Expr) -> exp.Expr:
     """``local`` when ``x`` is a timestamptz, else ``other`` (both of one type)."""
     return exp.Case(ifs=[exp.If(this=_is_tstz(x), true=local)], default=other)
 
 
-def _localized(node: exp.Expression, zone: exp.Expression) -> exp.Expression | None:
+def _localized(node: exp.Expr, zone: exp.Expr) -> exp.Expr | None:
     if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
         to = node.args.get("to")
         x = node.this
@@ -100,7 +100,7 @@ def _localized(node: exp.Expression, zone: exp.Expression) -> exp.Expression | N
     return None
 
 
-def localize(ast: exp.Expression, zone: str) -> exp.Expression:
+def localize(ast: exp.Expr, zone: str) -> exp.Expr:
     """``ast`` with its timestamptz readings done in ``zone`` (a DuckDB zone name).
     Innermost calls first: an outer rewrite copies arguments already rewritten."""
     zone_literal = exp.Literal.string(zone)

@@ -45,7 +45,7 @@ _USAGE = {
 }
 
 
-def window_function_name(item: exp.Expression) -> str | None:
+def window_function_name(item: exp.Expr) -> str | None:
     """``"tumble"`` or ``"hop"`` when a FROM item calls one of them, else None."""
     fn = item.this if isinstance(item, exp.Table) else None
     if isinstance(fn, exp.Anonymous) and fn.name.lower() in WINDOW_FUNCTIONS:
@@ -60,7 +60,7 @@ class WindowCall:
     kind: str  # "tumble" | "hop"
     relation: exp.Table  # the first argument, as a table reference
     time_column: exp.Column
-    intervals: list[exp.Expression]  # TUMBLE: size [, offset]; HOP: slide, size [, offset]
+    intervals: list[exp.Expr]  # TUMBLE: size [, offset]; HOP: slide, size [, offset]
     node: exp.Table  # the FROM item
 
     @property
@@ -170,7 +170,7 @@ def time_column_index(call: WindowCall, names: list[str], types: list[DataType])
     return idx
 
 
-def window_spec(call: WindowCall, interval_sql: Callable[[exp.Expression], str]) -> WindowSpec:
+def window_spec(call: WindowCall, interval_sql: Callable[[exp.Expr], str]) -> WindowSpec:
     """The call's intervals, bound to DuckDB SQL by ``interval_sql`` and checked: constant,
     size (and slide) positive, HOP's size a whole multiple of its slide."""
     label = call.label

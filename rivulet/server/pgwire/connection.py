@@ -13,7 +13,7 @@ import asyncio
 import logging
 import secrets
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlglot import exp
 
@@ -30,7 +30,7 @@ from rivulet.common.errors import (
 )
 from rivulet.meta.catalog import DEFAULT_DATABASE
 from rivulet.server.pgwire import messages as m
-from rivulet.server.pgwire.auth import MECHANISM, AuthFailed, ScramExchange
+from rivulet.server.pgwire.auth import MECHANISM, AuthFailed, ScramExchange, ScramVerifier
 from rivulet.server.pgwire.extended import ExtendedProtocol, Portal, PreparedStatement
 from rivulet.server.pgwire.result_rows import ResultRows
 from rivulet.server.pgwire.transfer import ResultTransfer, _internal
@@ -41,7 +41,7 @@ from rivulet.sql.session import CANCEL_CLIENT_GONE
 from rivulet.sql.session_config import VARIABLES
 
 if TYPE_CHECKING:
-    from rivulet.server.pgwire.server import PgServer
+    from rivulet.engine import Engine
     from rivulet.sql.session import Session
 
 log = logging.getLogger("rivulet.server")
@@ -64,10 +64,25 @@ def _is_transaction_end(stmt: Statement | None) -> bool:
     )
 
 
+class ConnectionHost(Protocol):
+    """What a connection needs of the server that accepted it (``server.PgServer``)."""
+
+    engine: Engine
+    verifier: ScramVerifier | None
+
+    def param(self, name: str) -> int: ...
+
+    def register(self, conn: Connection) -> None: ...
+
+    def unregister(self, conn: Connection) -> None: ...
+
+    def cancel(self, process_id: int, secret_key: int) -> None: ...
+
+
 class Connection(ExtendedProtocol, ResultTransfer):
     def __init__(
         self,
-        server: PgServer,
+        server: ConnectionHost,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         *,

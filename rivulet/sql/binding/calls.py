@@ -38,13 +38,13 @@ class CallBinding:
 
     ctx: BindContext
 
-    def sys_call(self, name: str, *args: exp.Expression) -> exp.Expression:
+    def sys_call(self, name: str, *args: exp.Expr) -> exp.Expr:
         return exp.Dot(
             this=exp.to_identifier(SYS_SCHEMA),
             expression=exp.Anonymous(this=name, expressions=list(args)),
         )
 
-    def _bind_function(self, node: exp.Func) -> exp.Expression:
+    def _bind_function(self, node: exp.Func) -> exp.Expr:
         if node.meta.get(INTERNAL):  # built by the engine (system_catalog.rewrite)
             return node
         if isinstance(node, exp.Anonymous):
@@ -103,10 +103,10 @@ class CallBinding:
             position=position_of(node),
         )
 
-    def _cap(self) -> exp.Expression:
+    def _cap(self) -> exp.Expr:
         return exp.Literal.number(self.ctx.max_value_bytes)
 
-    def _checked_function(self, node: exp.Func) -> exp.Expression | None:
+    def _checked_function(self, node: exp.Func) -> exp.Expr | None:
         """PostgreSQL's errors where DuckDB returns NaN or an infinity (2201E, 2201F,
         22003), and values bounded by max_value_bytes (54000): the call as a ``rw_sys``
         macro that checks, or None when ``node`` needs no check."""
@@ -136,7 +136,7 @@ class CallBinding:
         if isinstance(node, exp.Concat | exp.GroupConcat) and not node.meta.get(_BOUNDED):
             # Their size follows their inputs': the result is checked once it is built.
             name = "string_agg()" if isinstance(node, exp.GroupConcat) else "concat()"
-            target: exp.Expression = node
+            target: exp.Expr = node
             while isinstance(target.parent, exp.Window | exp.Filter | exp.WithinGroup):
                 target = target.parent
             parent, key, index = target.parent, target.arg_key, target.index
@@ -147,7 +147,7 @@ class CallBinding:
             node.meta[_BOUNDED] = True
         return None
 
-    def _session_function(self, name: str, args: list[exp.Expression]) -> exp.Expression:
+    def _session_function(self, name: str, args: list[exp.Expr]) -> exp.Expr:
         ctx = self.ctx
         aliases = {
             "current_catalog": "current_database",
@@ -210,10 +210,10 @@ class CallBinding:
             return exp.CurrentTimestamp()
         raise sql_error(UNDEFINED_FUNCTION, f"function {name}() does not exist")
 
-    def _bind_operator(self, node: exp.Operator) -> exp.Expression:
+    def _bind_operator(self, node: exp.Operator) -> exp.Expr:
         op = str(node.args.get("operator") or "").split(".")[-1].strip()
         left, right = node.this, node.expression
-        mapping: dict[str, Callable[[], exp.Expression]] = {
+        mapping: dict[str, Callable[[], exp.Expr]] = {
             "~": lambda: exp.RegexpLike(this=left, expression=right),
             "~*": lambda: exp.RegexpILike(this=left, expression=right),
             "!~": lambda: exp.not_(exp.RegexpLike(this=left, expression=right)),
@@ -235,7 +235,7 @@ _BOUNDED = "rw_bounded"
 _FORMAT_WIDTH = re.compile(r"%(?:\d+\$)?-?(\d+)")
 
 
-def _check_format_widths(fmt: exp.Expression, cap: int) -> None:
+def _check_format_widths(fmt: exp.Expr, cap: int) -> None:
     """``format('%2000000000s', ...)`` is refused before it pads anything."""
     if not (isinstance(fmt, exp.Literal) and fmt.is_string):
         return

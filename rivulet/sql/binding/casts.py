@@ -21,10 +21,10 @@ _PG_TYPEOF = {
 }  # fmt: skip
 
 
-def _pg_typeof(arg: exp.Expression) -> exp.Expression:
+def _pg_typeof(arg: exp.Expr) -> exp.Expr:
     """``pg_typeof(x)``: the PostgreSQL name of ``x``'s type, from DuckDB's ``typeof``."""
 
-    def typeof() -> exp.Expression:
+    def typeof() -> exp.Expr:
         return exp.Anonymous(this="typeof", expressions=[arg.copy()])
 
     case = exp.case().when(
@@ -67,7 +67,7 @@ def _is_bare_numeric(to: object) -> bool:
     )
 
 
-def _bytea_literal(node: exp.Cast) -> exp.Expression | None:
+def _bytea_literal(node: exp.Cast) -> exp.Expr | None:
     """A string literal cast to bytea, read with PostgreSQL's bytea input rules (DuckDB's
     BLOB cast would keep ``'\\xdeadbeef'`` as ten characters): the hex format ``\\x...``, or
     the escape format where ``\\\\`` is a backslash and ``\\nnn`` an octal byte."""

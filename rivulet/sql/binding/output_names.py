@@ -16,7 +16,7 @@ class OutputNaming:
 
     # --------------------------------------------------------- output names
     @staticmethod
-    def name_output_columns(ast: exp.Expression) -> None:
+    def name_output_columns(ast: exp.Expr) -> None:
         """Alias unnamed output expressions the way PostgreSQL names them."""
         select = ast
         while isinstance(select, exp.SetOperation):
@@ -43,7 +43,7 @@ class OutputNaming:
             select.set("expressions", new)
 
 
-def pg_output_name(e: exp.Expression) -> str:
+def pg_output_name(e: exp.Expr) -> str:
     """PostgreSQL's name for an unaliased output column."""
     while isinstance(e, exp.Paren):
         e = e.this

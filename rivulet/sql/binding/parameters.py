@@ -29,7 +29,7 @@ class ParameterBinding:
         def lookup_table(self, schema: str | None, name: str) -> TableCatalog | None: ...
 
     # ------------------------------------------------------------ parameters
-    def number_parameters(self, ast: exp.Expression) -> None:
+    def number_parameters(self, ast: exp.Expr) -> None:
         """``%s`` / ``?`` placeholders become ``$1, $2, ...``; the two styles don't mix.
         Idempotent: call it early when parameter types are noted before ``prepare``."""
         for node in ast.find_all(exp.Parameter):
@@ -57,11 +57,11 @@ class ParameterBinding:
     def param_type_list(self) -> list[DataType | None]:
         return [self._param_types.get(i) for i in range(1, self.param_count + 1)]
 
-    def note_param_type(self, node: exp.Expression, dtype: DataType | None) -> None:
+    def note_param_type(self, node: exp.Expr, dtype: DataType | None) -> None:
         if isinstance(node, exp.Parameter) and dtype is not None:
             self._param_types.setdefault(int(node.name), dtype)
 
-    def _infer_parameter_types(self, ast: exp.Expression) -> None:
+    def _infer_parameter_types(self, ast: exp.Expr) -> None:
         """Give each ``$n`` the type PostgreSQL would infer from its surroundings."""
         for param in ast.find_all(exp.Parameter):
             parent = param.parent
@@ -80,7 +80,7 @@ class ParameterBinding:
                 if other:
                     self.note_param_type(param, self.column_type(ast, other[0]))
 
-    def column_type(self, ast: exp.Expression, column: exp.Column) -> DataType | None:
+    def column_type(self, ast: exp.Expr, column: exp.Column) -> DataType | None:
         """The type of a column reference, when it names a column of a user table in
         ``ast``'s FROM clauses (before they are rewritten)."""
         qualifier = column.table
@@ -101,6 +101,6 @@ class ParameterBinding:
         return None
 
 
-def _first_start(node: exp.Expression) -> int:
+def _first_start(node: exp.Expr) -> int:
     meta = getattr(node, "_meta", None) or {}
     return int(meta.get("start", 0))

@@ -45,7 +45,7 @@ class RelationBinding:
 
     if TYPE_CHECKING:
         # The Binder's: a window's interval arguments are bound as expressions.
-        def prepare(self, ast: exp.Expression) -> exp.Expression: ...
+        def prepare(self, ast: exp.Expr) -> exp.Expr: ...
 
     # ------------------------------------------------------------ resolution
     def resolve_schema_list(self, schema: str | None) -> list[str]:
@@ -65,7 +65,7 @@ class RelationBinding:
                 return t
         return None
 
-    def _resolve(self, table: exp.Table) -> exp.Expression:
+    def _resolve(self, table: exp.Table) -> exp.Expr:
         """The DuckDB relation standing for a table reference."""
         db = table.catalog
         if db and db != self.ctx.database:
@@ -105,7 +105,7 @@ class RelationBinding:
         )
 
     @staticmethod
-    def table_subquery(t: TableCatalog, *, with_hidden: bool = False) -> exp.Expression:
+    def table_subquery(t: TableCatalog, *, with_hidden: bool = False) -> exp.Expr:
         """``(SELECT visible columns FROM state.tN)`` - hidden columns stay out of ``*``."""
         cols = t.columns if with_hidden else t.visible_columns
         names = [c.name for c in cols]
@@ -150,7 +150,7 @@ class RelationBinding:
             relation.meta[INTERNAL] = True
         table.replace(relation)
 
-    def _json_table(self, call: exp.Func, alias: exp.Expression | None) -> exp.Expression:
+    def _json_table(self, call: exp.Func, alias: exp.Expr | None) -> exp.Expr:
         """``jsonb_each(x)`` and its kin in FROM: a subquery over DuckDB's ``json_each`` with
         PostgreSQL's columns (correlated when ``x`` names a column of the FROM before it)."""
         name = function_name(call)
@@ -172,7 +172,7 @@ class RelationBinding:
             alias = exp.TableAlias(this=exp.to_identifier(name))
         return exp.Subquery(this=select, alias=alias)
 
-    def _window_relation(self, item: exp.Table, call: WindowCall, ctes: set[str]) -> exp.Expression:
+    def _window_relation(self, item: exp.Table, call: WindowCall, ctes: set[str]) -> exp.Expr:
         """TUMBLE / HOP as a DuckDB subquery giving the windows a materialized view gets:
         the checks and window arithmetic are the stream planner's (``sql/windows.py``)."""
         rel = call.relation
@@ -222,7 +222,7 @@ class RelationBinding:
         alias = item.args.get("alias") or exp.TableAlias(this=exp.to_identifier(call.alias))
         return exp.Subquery(this=select, alias=alias)
 
-    def _interval_sql(self, e: exp.Expression) -> str:
+    def _interval_sql(self, e: exp.Expr) -> str:
         return self.prepare(e.copy()).sql(dialect=DUCKDB)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -13,13 +12,11 @@ from rivulet.sql import dialect
 from rivulet.sql.handlers import alter, copy, ddl, dml, misc, query, session_statements, show
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, StatementResult
-
-if TYPE_CHECKING:
-    from rivulet.sql.session import Session
+from rivulet.sql.session import Session, StatementHandlers
 
 Handler = Callable[["Session", Statement, list[object]], Awaitable[StatementResult]]
 
-_HANDLERS: list[tuple[type[exp.Expression], Handler]] = [
+_HANDLERS: list[tuple[type[exp.Expr], Handler]] = [
     (exp.Query, query.handle_query),
     (exp.Insert, dml.handle_insert),
     (exp.Update, dml.handle_update),
@@ -107,3 +104,10 @@ def describe(
     count = max(count, len(list(stmt.tree.find_all(exp.Placeholder))))
     types = [param_types[i] if i < len(param_types) else None for i in range(count)]
     return types, None
+
+
+STATEMENT_HANDLERS = StatementHandlers(
+    dispatch=dispatch,
+    batchable_insert=dml.batchable_insert,
+    insert_parameter_sets=dml.insert_parameter_sets,
+)

@@ -37,7 +37,7 @@ async def handle_alter(session: Session, stmt: Statement, params: list[object]) 
     raise sql_error(FEATURE_NOT_SUPPORTED, f"{_alter_form(tree)} is not supported yet")
 
 
-def _alter_form(tree: exp.Expression) -> str:
+def _alter_form(tree: exp.Expr) -> str:
     """``ALTER TABLE ... RENAME``: what an unsupported ALTER does, for its error."""
     if isinstance(tree, exp.Alter):
         kind = str(tree.args.get("kind") or "").upper()
@@ -77,7 +77,7 @@ async def _alter_parallelism(session: Session, tree: dialect.AlterJobSetting) ->
     return command(f"ALTER {kind}")
 
 
-def explain_alter(session: Session, tree: exp.Expression) -> list[str]:
+def explain_alter(session: Session, tree: exp.Expr) -> list[str]:
     """EXPLAIN ALTER ... SET PARALLELISM: the planned layout; nothing changes."""
     if not isinstance(tree, dialect.AlterJobSetting) or tree.args["setting"] != "parallelism":
         raise sql_error(

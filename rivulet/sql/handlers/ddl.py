@@ -28,6 +28,7 @@ from rivulet.meta.catalog import (
     TableCatalog,
     check_column_names,
 )
+from rivulet.meta.job_manager import PlannedMaterializedView
 from rivulet.sql.binder import Binder
 from rivulet.sql.parser import Statement, position_of
 from rivulet.sql.result import Notice, StatementResult, command
@@ -97,9 +98,11 @@ async def handle_create(session: Session, stmt: Statement, params: list[object])
     raise sql_error(FEATURE_NOT_SUPPORTED, f"{what} is not supported yet")
 
 
-def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):
+def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Expr) -> PlannedMaterializedView:
     """The planned MV of a CREATE MATERIALIZED VIEW statement."""
     from rivulet.sql.planner import plan_materialized_view
+
+    assert isinstance(ast, exp.Create)
 
     target = ast.this
     if isinstance(target, exp.Schema):
@@ -133,7 +136,15 @@ def plan_mv_statement(session: Session, stmt: Statement, ast: exp.Create):
             f"materialized view options are not supported yet: {options[0].sql(dialect='postgres')}",
         )
     schema = target_schema(session, target)
-    planned = plan_materialized_view(session, schema, target.name, query, stmt.text)
+    planned = plan_materialized_view(
+        Binder(session.bind_context()),
+        session.ctx.store.cursor,
+        schema,
+        target.name,
+        query,
+        stmt.text,
+        policy=session.config.get("streaming_parallelism") or "default",
+    )
     _choose_scan_type(session, planned, backfill_type)
     if rate_limit is not None:
         planned.table = replace(planned.table, backfill_rate_limit=rate_limit)
@@ -255,7 +266,7 @@ async def _create_materialized_view(
     config = session.config
     rate_limit = planned.table.backfill_rate_limit
     if rate_limit is None:
-        rate_limit = parse_rate_limit(config.get("backfill_rate_limit"))
+        rate_limit = parse_rate_limit(config.get("backfill_rate_limit") or "default")
     backfill_parallelism = config.get("streaming_parallelism_for_backfill")
     created = await session.ctx.ddl.jobs.create_materialized_view(
         planned,
@@ -384,7 +395,7 @@ def connector_options(props: exp.Properties, what: str) -> dict[str, str]:
     return options
 
 
-def _option_key(node: exp.Expression) -> str:
+def _option_key(node: exp.Expr) -> str:
     if isinstance(node, exp.Dot):
         return f"{_option_key(node.this)}.{_option_key(node.expression)}"
     if isinstance(node, exp.Column):
@@ -394,7 +405,7 @@ def _option_key(node: exp.Expression) -> str:
     return node.sql(dialect="postgres")
 
 
-def _option_value(node: exp.Expression | None) -> str:
+def _option_value(node: exp.Expr | None) -> str:
     if node is None:
         return ""
     if isinstance(node, exp.Literal):
@@ -504,9 +515,10 @@ def build_table(
     """A table catalog entry (id 0: the DDL controller allocates it)."""
     names = [c.name for c in columns]
     check_column_names(names, f'table "{name}"')
-    for pk in pk_names:
-        if pk not in names:
-            raise sql_error(UNDEFINED_COLUMN, f'column "{pk}" named in key does not exist')
+    for key_name in pk_names:
+        if key_name not in names:
+            raise sql_error(UNDEFINED_COLUMN, f'column "{key_name}" named in key does not exist')
+    pk: tuple[int, ...]
     if pk_names:
         pk = tuple(names.index(p) for p in pk_names)
         for i in pk:

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 _names = itertools.count()
 
 
-def resolve_target(session: Session, binder: Binder, ref: exp.Expression) -> TableCatalog:
+def resolve_target(session: Session, binder: Binder, ref: exp.Expr) -> TableCatalog:
     """The table a DML statement writes to."""
     assert isinstance(ref, exp.Table)
     table = binder.lookup_table(ref.db or None, ref.name)
@@ -142,7 +142,7 @@ async def insert_rows(session: Session, table: TableCatalog, rows: pa.Table) -> 
     return rows.num_rows
 
 
-def _target_columns(table: TableCatalog, target: exp.Expression) -> list[str]:
+def _target_columns(table: TableCatalog, target: exp.Expr) -> list[str]:
     visible = [c.name for c in table.visible_columns]
     if not isinstance(target, exp.Schema):
         return visible
@@ -167,13 +167,14 @@ class DmlPlan:
     table: TableCatalog
     ref: exp.Table
     bound: BoundQuery
-    returning: exp.Expression | None
+    returning: exp.Expr | None
     targets: list[str]
     # An INSERT whose VALUES are parameters and plain literals: its rows without DuckDB.
     literal_rows: LiteralRows | None = None
 
 
-def plan_insert(session: Session, ast: exp.Insert) -> DmlPlan:
+def plan_insert(session: Session, ast: exp.Expr) -> DmlPlan:
+    assert isinstance(ast, exp.Insert)
     if ast.args.get("conflict"):
         raise sql_error(
             FEATURE_NOT_SUPPORTED,
@@ -222,7 +223,7 @@ def _values_targets(ast: exp.Insert, values: exp.Values, targets: list[str]) -> 
     return targets
 
 
-def literal_insert_plan(session: Session, ast: exp.Expression) -> DmlPlan | None:
+def literal_insert_plan(session: Session, ast: exp.Expr) -> DmlPlan | None:
     """The plan of an INSERT whose VALUES are only literals stored as they are, read off
     the statement's tree without copying it: there is no query to bind (a long VALUES
     list took seconds to copy, bind and print as SQL that never ran). Else None."""
@@ -245,7 +246,7 @@ def literal_insert_plan(session: Session, ast: exp.Expression) -> DmlPlan | None
     return DmlPlan(table, target_ref, empty, None, targets, literal_rows=rows)
 
 
-def _attach_with(query: exp.Expression, statement: exp.Expression) -> None:
+def _attach_with(query: exp.Expr, statement: exp.Expr) -> None:
     """``WITH ... INSERT/UPDATE/DELETE``: the statement's CTEs become the query's."""
     outer = statement.args.get("with_")
     if outer is None:
@@ -361,7 +362,7 @@ def _evaluate_sets(
     return pa.concat_tables(parts)
 
 
-def _width_error(have: int, want: int, node: exp.Expression) -> Exception:
+def _width_error(have: int, want: int, node: exp.Expr) -> Exception:
     if have > want:
         return sql_error(
             SYNTAX_ERROR,
@@ -440,7 +441,7 @@ def shape_rows(
     return out.cast(expected)
 
 
-def _target_relation(binder: Binder, table: TableCatalog, ref: exp.Table) -> exp.Expression:
+def _target_relation(binder: Binder, table: TableCatalog, ref: exp.Table) -> exp.Expr:
     """The target table with its hidden columns, aliased as the statement names it."""
     sub = Binder.table_subquery(table, with_hidden=True)
     alias = ref.args.get("alias")
@@ -449,13 +450,14 @@ def _target_relation(binder: Binder, table: TableCatalog, ref: exp.Table) -> exp
     return sub
 
 
-def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
+def plan_update(session: Session, ast: exp.Expr) -> DmlPlan:
     """SELECT _vnode, old stored columns (o0..), new stored columns (n0..) of the rows."""
+    assert isinstance(ast, exp.Update)
     binder = Binder(session.bind_context())
     binder.number_parameters(ast)
     ref = ast.this
     table = resolve_target(session, binder, ref)
-    sets: dict[str, exp.Expression] = {}
+    sets: dict[str, exp.Expr] = {}
     for eq in ast.expressions:
         if not isinstance(eq, exp.EQ) or not isinstance(eq.this, exp.Column):
             raise sql_error(SYNTAX_ERROR, f"bad SET item: {eq.sql(dialect='postgres')}")
@@ -488,7 +490,7 @@ def plan_update(session: Session, ast: exp.Update) -> DmlPlan:
         )
         new_cols.append(exp.alias_(expr, quote(f"n{i}")))
     from_ = ast.args.get("from_")
-    extras: list[exp.Expression] = []
+    extras: list[exp.Expr] = []
     if from_ is not None:
         extras = [from_.this, *from_.expressions]
     extras = [e for e in extras if e is not None]
@@ -541,8 +543,9 @@ async def _write_update(session: Session, table: TableCatalog, old: pa.Table, ne
     return n
 
 
-def plan_delete(session: Session, ast: exp.Delete) -> DmlPlan:
+def plan_delete(session: Session, ast: exp.Expr) -> DmlPlan:
     """SELECT _vnode and the stored columns of the rows to delete."""
+    assert isinstance(ast, exp.Delete)
     binder = Binder(session.bind_context())
     binder.number_parameters(ast)
     ref = ast.this
@@ -591,7 +594,7 @@ async def handle_delete(session: Session, stmt: Statement, params: list[object])
     return StatementResult(tag=f"DELETE {count}", rowcount=count)
 
 
-def _returning_select(plan: DmlPlan, relation: exp.Expression) -> exp.Expression:
+def _returning_select(plan: DmlPlan, relation: exp.Expr) -> exp.Expr:
     """``SELECT <returning> FROM relation AS <target alias>``."""
     assert plan.returning is not None
     alias = plan.ref.args.get("alias")

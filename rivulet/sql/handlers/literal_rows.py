@@ -77,7 +77,7 @@ _IDENTITY_CASTS = {
 }
 
 
-def _literal(node: exp.Expression) -> object:
+def _literal(node: exp.Expr) -> object:
     """A plain literal's Python value, or ``_NO_VALUE``."""
     kind = type(node)
     if kind is exp.Literal:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rivulet.sql.session import Session
 
 
-def bind_select(session: Session, ast: exp.Expression) -> BoundQuery:
+def bind_select(session: Session, ast: exp.Expr) -> BoundQuery:
     return Binder(session.bind_context()).bind_query(ast)
 
 
@@ -205,7 +205,7 @@ async def handle_query(session: Session, stmt: Statement, params: list[object]) 
 
 
 def describe_query(
-    session: Session, ast: exp.Expression, param_types: list[DataType | None]
+    session: Session, ast: exp.Expr, param_types: list[DataType | None]
 ) -> tuple[list[DataType | None], list[Column]]:
     """Parameter types and result columns of a query, without running it (pgwire Describe).
 

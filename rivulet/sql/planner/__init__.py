@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -21,17 +22,25 @@ from rivulet.stream.plan import (
 )
 
 if TYPE_CHECKING:
-    from rivulet.sql.session import Session
+    import duckdb
 
 __all__ = ["plan_materialized_view"]
 
 
 def plan_materialized_view(
-    session: Session, schema: str, name: str, query: exp.Expression, definition: str
+    binder: Binder,
+    cursor: Callable[[], duckdb.DuckDBPyConnection],
+    schema: str,
+    name: str,
+    query: exp.Query,
+    definition: str,
+    *,
+    policy: str,
 ) -> PlannedMaterializedView:
-    """The catalog entry (id 0) and stream plan of ``CREATE MATERIALIZED VIEW name AS query``."""
-    binder = Binder(session.bind_context())
-    planner = StreamPlanner(binder, session.ctx.store.cursor)
+    """The catalog entry (id 0) and stream plan of ``CREATE MATERIALIZED VIEW name AS
+    query``; ``binder`` resolves names, ``cursor`` opens the store (to type expressions and check casts),
+    ``policy`` is the session's ``streaming_parallelism``."""
+    planner = StreamPlanner(binder, cursor)
     planned = planner.plan_query(query.copy())
     prune_join_columns(planned.node)
     columns = [ColumnCatalog(c.name, c.type, hidden=c.hidden) for c in planned.scope.columns]
@@ -42,7 +51,6 @@ def plan_materialized_view(
     )
     pk = list(planned.node.stream_key)
     root, dist = _distributed(planned, pk)
-    policy = session.config.get("streaming_parallelism") or "default"
     table = TableCatalog(
         id=0,
         schema=schema,

@@ -22,7 +22,7 @@ from rivulet.sql.binder import pg_output_name
 from rivulet.sql.parser import position_of
 from rivulet.sql.planner.expr import ExprCompiler
 from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
-from rivulet.sql.planner.shared import _names_column, _not_supported
+from rivulet.sql.planner.shared import names_column, unsupported_in_mv
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
     AggCall,
@@ -36,7 +36,7 @@ from rivulet.stream.plan import (
 from rivulet.stream.state_layouts import agg_state_schemas
 
 # Aggregates the hash aggregation maintains, by sqlglot node (plus count(*)).
-_AGG_KINDS: dict[type[exp.Expression], str] = {
+_AGG_KINDS: dict[type[exp.Expr], str] = {
     exp.Count: "count",
     exp.Sum: "sum",
     exp.Min: "min",
@@ -53,8 +53,8 @@ class AggregatePlanning:
 
     exprs: ExprCompiler
 
-    def _find_aggs(self, q: exp.Select) -> list[exp.Expression]:
-        found: list[exp.Expression] = []
+    def _find_aggs(self, q: exp.Select) -> list[exp.Expr]:
+        found: list[exp.Expr] = []
         targets = list(q.expressions)
         if q.args.get("having") is not None:
             targets.append(q.args["having"])
@@ -77,16 +77,16 @@ class AggregatePlanning:
     def _aggregate(
         self,
         rel: Planned,
-        select_items: list[exp.Expression],
+        select_items: list[exp.Expr],
         group: exp.Group | None,
-        aggs: list[exp.Expression],
-        having: exp.Expression | None,
-    ) -> tuple[Planned, list[exp.Expression], exp.Expression | None]:
+        aggs: list[exp.Expr],
+        having: exp.Expr | None,
+    ) -> tuple[Planned, list[exp.Expr], exp.Expr | None]:
         group_exprs = list(group.expressions) if group is not None else []
         if group is not None and (
             group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
         ):
-            raise _not_supported("ROLLUP / CUBE / GROUPING SETS", group)
+            raise unsupported_in_mv("ROLLUP / CUBE / GROUPING SETS", group)
         # GROUP BY 1 / GROUP BY alias mean select items.
         aliases = {item.alias: item.this for item in select_items if isinstance(item, exp.Alias)}
         resolved_groups = []
@@ -101,14 +101,14 @@ class AggregatePlanning:
                 isinstance(g, exp.Column)
                 and not g.table
                 and g.name in aliases
-                and not _names_column(g, rel.scope)
+                and not names_column(g, rel.scope)
             ):
                 resolved_groups.append(aliases[g.name])
             else:
                 resolved_groups.append(g)
         # Pre-projection: group keys, then each aggregate's arguments and filters.
-        pre: list[exp.Expression] = list(resolved_groups)
-        calls: list[tuple[str, list[int], bool, int | None, exp.Expression]] = []
+        pre: list[exp.Expr] = list(resolved_groups)
+        calls: list[tuple[str, list[int], bool, int | None, exp.Expr]] = []
         for agg in aggs:
             kind, args, distinct, filt = self._agg_parts(agg)
             arg_idx = []
@@ -128,7 +128,7 @@ class AggregatePlanning:
         agg_calls: list[AggCall] = []
         for kind, arg_idx, distinct, filt_idx, agg in calls:
             if kind in ("min", "max") and pre_types[arg_idx[0]].name == "interval":
-                raise _not_supported(f"{kind}() over an interval", agg)
+                raise unsupported_in_mv(f"{kind}() over an interval", agg)
             out_type = self._agg_type(kind, [pre_types[i] for i in arg_idx], agg)
             agg_calls.append(
                 AggCall(kind, tuple(arg_idx), out_type, distinct, filt_idx,
@@ -158,7 +158,7 @@ class AggregatePlanning:
         )
 
         # Rewrite select items and HAVING over the aggregation's output.
-        def rewrite(e: exp.Expression) -> exp.Expression:
+        def rewrite(e: exp.Expr) -> exp.Expr:
             e = e.copy()
             for i, (_, _, _, _, agg) in enumerate(calls):
                 hits = [
@@ -200,9 +200,7 @@ class AggregatePlanning:
         new_having = rewrite(having) if having is not None else None
         return Planned(node, scope, dist), new_items, new_having
 
-    def _agg_parts(
-        self, agg: exp.Expression
-    ) -> tuple[str, list[exp.Expression], bool, exp.Expression | None]:
+    def _agg_parts(self, agg: exp.Expr) -> tuple[str, list[exp.Expr], bool, exp.Expr | None]:
         filt = None
         if isinstance(agg, exp.Filter):
             filt = agg.expression.this if isinstance(agg.expression, exp.Where) else agg.expression
@@ -210,13 +208,13 @@ class AggregatePlanning:
         kind = _AGG_KINDS.get(type(agg))
         if kind is None:
             name = agg.sql_name().lower() if isinstance(agg, exp.Func) else type(agg).__name__
-            raise _not_supported(f"aggregate {name}()", agg)
+            raise unsupported_in_mv(f"aggregate {name}()", agg)
         distinct = False
         arg = agg.this
         if isinstance(arg, exp.Distinct):
             distinct = True
             if len(arg.expressions) != 1:
-                raise _not_supported("an aggregate over several DISTINCT arguments", agg)
+                raise unsupported_in_mv("an aggregate over several DISTINCT arguments", agg)
             arg = arg.expressions[0]
         if isinstance(agg, exp.Count) and (arg is None or isinstance(arg, exp.Star)):
             return "count_star", [], False, filt
@@ -227,9 +225,9 @@ class AggregatePlanning:
             sep = agg.args.get("separator")
             args.append(sep if sep is not None else exp.Literal.string(","))
             if isinstance(arg, exp.Order) or agg.find(exp.Order) is not None:
-                raise _not_supported("string_agg(... ORDER BY ...)", agg)
+                raise unsupported_in_mv("string_agg(... ORDER BY ...)", agg)
         if distinct and kind not in ("count", "sum", "min", "max", "avg", "string_agg"):
-            raise _not_supported(f"{kind}(DISTINCT ...)", agg)
+            raise unsupported_in_mv(f"{kind}(DISTINCT ...)", agg)
         return (
             kind
             + ("_distinct" if distinct and kind in ("count", "sum", "avg", "string_agg") else ""),
@@ -238,7 +236,7 @@ class AggregatePlanning:
             filt,
         )
 
-    def _agg_type(self, kind: str, arg_types: list[DataType], agg: exp.Expression) -> DataType:
+    def _agg_type(self, kind: str, arg_types: list[DataType], agg: exp.Expr) -> DataType:
         if kind in ("count_star", "count", "count_distinct"):
             return BIGINT
         if kind in ("bool_and", "bool_or"):

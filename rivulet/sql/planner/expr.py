@@ -10,6 +10,8 @@ itself, so the MV holds exactly what a batch query would return.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import duckdb
 from sqlglot import exp
 
@@ -32,7 +34,7 @@ class ExprCompiler:
         self.binder = binder
         self._cursor = cursor_provider
 
-    def resolve_columns(self, expr: exp.Expression, scope: Scope) -> exp.Expression:
+    def resolve_columns(self, expr: exp.Expr, scope: Scope) -> exp.Expr:
         """A copy of ``expr`` whose column references are ``c<i>`` of ``scope``."""
         expr = expr.copy()
         for node in list(expr.find_all(exp.Subquery, exp.Select)):
@@ -52,7 +54,7 @@ class ExprCompiler:
                 col.replace(replacement)
         return expr
 
-    def compile(self, exprs: list[exp.Expression], scope: Scope) -> tuple[ExprSet, list[DataType]]:
+    def compile(self, exprs: list[exp.Expr], scope: Scope) -> tuple[ExprSet, list[DataType]]:
         """DuckDB SQL (strict and safe) and result types of expressions over ``scope``."""
         trees = []
         for e in exprs:
@@ -64,7 +66,7 @@ class ExprCompiler:
 
     def compile_resolved(
         self,
-        trees: list[exp.Expression],
+        trees: Sequence[exp.Expr],
         input_types: list[DataType],
         labels: list[str] | None = None,
     ) -> tuple[ExprSet, list[DataType]]:
@@ -95,7 +97,7 @@ class ExprCompiler:
             return False
         return True
 
-    def _check_literal_operands(self, tree: exp.Expression, input_types: list[DataType]) -> None:
+    def _check_literal_operands(self, tree: exp.Expr, input_types: list[DataType]) -> None:
         """A string literal compared with a value of another type is read as that type
         when the query is planned, as PostgreSQL does (``a > 'abc'`` with an integer
         ``a`` is 22P02): evaluated per row instead, it would fail every chunk."""
@@ -152,7 +154,7 @@ _READ_FROM_TEXT = {
 }
 
 
-def _tolerant_form(tree: exp.Expression, strict_sql: str) -> tuple[exp.Expression, str]:
+def _tolerant_form(tree: exp.Expr, strict_sql: str) -> tuple[exp.Expr, str]:
     """The safe tree wrapped so that any error yields NULL (DuckDB's TRY), and the
     predicate true on rows where the strict form fails. TRY cannot hold a window call:
     there the window function's arguments are wrapped, each of them checked."""
@@ -171,7 +173,7 @@ def _tolerant_form(tree: exp.Expression, strict_sql: str) -> tuple[exp.Expressio
     return tree, " OR ".join(f"({c})" for c in checks)
 
 
-def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:
+def _safe_form(tree: exp.Expr) -> tuple[exp.Expr, list[str]]:
     """The tree with NULL-on-error forms, and predicates true on rows that had an error."""
     tree = tree.copy()
     predicates: list[str] = []
@@ -195,7 +197,7 @@ def _safe_form(tree: exp.Expression) -> tuple[exp.Expression, list[str]]:
     return tree, predicates
 
 
-def conjuncts(e: exp.Expression) -> list[exp.Expression]:
+def conjuncts(e: exp.Expr) -> list[exp.Expr]:
     """The terms of a conjunction (``a AND (b AND c)``: a, b, c)."""
     if isinstance(e, exp.And):
         return conjuncts(e.this) + conjuncts(e.expression)

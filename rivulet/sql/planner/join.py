@@ -24,10 +24,10 @@ from rivulet.common.types import DataType
 from rivulet.sql.planner.expr import ExprCompiler, conjuncts
 from rivulet.sql.planner.scope import Planned, Scope
 from rivulet.sql.planner.shared import (
-    _names_column,
-    _not_supported,
-    _type_category,
     computed_columns,
+    names_column,
+    type_category,
+    unsupported_in_mv,
 )
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.plan import (
@@ -49,23 +49,21 @@ class JoinPlanning:
 
     if TYPE_CHECKING:
 
-        def _relation(self, item: exp.Expression) -> Planned: ...
+        def _relation(self, item: exp.Expr) -> Planned: ...
 
-        def _check_boolean(
-            self, conditions: list[exp.Expression], scope: Scope, clause: str
-        ) -> None: ...
+        def _check_boolean(self, conditions: list[exp.Expr], scope: Scope, clause: str) -> None: ...
 
     def _join(self, left: Planned, join: exp.Join, where: exp.Where | None) -> Planned:
         side = (join.args.get("side") or "").upper()
         kind_word = (join.args.get("kind") or "").upper()
         if kind_word in ("SEMI", "ANTI", "ASOF") or join.args.get("using"):
-            raise _not_supported(f"{kind_word or 'USING'} join", join)
+            raise unsupported_in_mv(f"{kind_word or 'USING'} join", join)
         kind = {
             "": JoinKind.INNER, "LEFT": JoinKind.LEFT, "RIGHT": JoinKind.RIGHT,
             "FULL": JoinKind.FULL,
         }.get(side)  # fmt: skip
         if kind is None:
-            raise _not_supported(f"{side} join", join)
+            raise unsupported_in_mv(f"{side} join", join)
         right = self._relation(join.this)
         on = join.args.get("on")
         on_terms = conjuncts(on) if on is not None else []
@@ -81,9 +79,9 @@ class JoinPlanning:
             for col in on.find_all(exp.Column):
                 if not isinstance(col.this, exp.Star):
                     combined.resolve(col)
-        left_keys: list[exp.Expression] = []
-        right_keys: list[exp.Expression] = []
-        rest: list[exp.Expression] = []
+        left_keys: list[exp.Expr] = []
+        right_keys: list[exp.Expr] = []
+        rest: list[exp.Expr] = []
         for c in on_terms:
             pair = self._equi_pair(c, left.scope, right.scope)
             if pair is None:
@@ -92,7 +90,7 @@ class JoinPlanning:
                 left_keys.append(pair[0])
                 right_keys.append(pair[1])
         if not left_keys:
-            raise _not_supported("a join without an equality between its two sides", join)
+            raise unsupported_in_mv("a join without an equality between its two sides", join)
         if on is None and where is not None:
             # The WHERE clause now holds only what the join did not take.
             remaining = [c for c in conjuncts(where.this) if c in rest]
@@ -142,8 +140,8 @@ class JoinPlanning:
         return Planned(node, scope, dist)
 
     def _equi_pair(
-        self, c: exp.Expression, left: Scope, right: Scope
-    ) -> tuple[exp.Expression, exp.Expression] | None:
+        self, c: exp.Expr, left: Scope, right: Scope
+    ) -> tuple[exp.Expr, exp.Expr] | None:
         if not isinstance(c, exp.EQ):
             return None
         a, b = c.this, c.expression
@@ -157,7 +155,7 @@ class JoinPlanning:
     def _unify_key_types(self, left: Planned, lk: list[int], right: Planned, rk: list[int]) -> None:
         for a, b in zip(lk, rk):
             ta, tb = left.scope.columns[a].type, right.scope.columns[b].type
-            if _type_category(ta) != _type_category(tb):
+            if type_category(ta) != type_category(tb):
                 raise sql_error(
                     UNDEFINED_FUNCTION,
                     f"operator does not exist: {ta.name} = {tb.name}",
@@ -165,17 +163,17 @@ class JoinPlanning:
                     " You might need to add explicit type casts.",
                 )
             if _hash_family(ta) != _hash_family(tb):
-                raise _not_supported(
+                raise unsupported_in_mv(
                     f"a join key comparing {ta.name} with {tb.name} (cast one side)"
                 )
 
 
-def _sides(e: exp.Expression, left: Scope, right: Scope) -> str | None:
+def _sides(e: exp.Expr, left: Scope, right: Scope) -> str | None:
     """Which side's columns an expression uses: left, right, both or none."""
     seen = set()
     for col in e.find_all(exp.Column):
-        in_left = _names_column(col, left)
-        in_right = _names_column(col, right)
+        in_left = names_column(col, left)
+        in_right = names_column(col, right)
         if in_left and not in_right:
             seen.add("left")
         elif in_right and not in_left:

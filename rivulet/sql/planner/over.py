@@ -61,7 +61,7 @@ def _key_name(_index: int) -> str:
     return f"_over_key{next(_columns)}"
 
 
-def _window_error(what: str, node: exp.Expression | None = None) -> Exception:
+def _window_error(what: str, node: exp.Expr | None = None) -> Exception:
     return sql_error(
         FEATURE_NOT_SUPPORTED,
         f"{what}: not supported yet in materialized views",
@@ -157,13 +157,13 @@ def take_rank_filter(q: exp.Select) -> None:
     alias = item.alias
     sub_alias = sub.alias_or_name
 
-    def names_rank(e: exp.Expression) -> bool:
+    def names_rank(e: exp.Expr) -> bool:
         return (
             isinstance(e, exp.Column) and e.name == alias and (not e.table or e.table == sub_alias)
         )
 
     lo, hi = 1, None
-    consumed: list[exp.Expression] = []
+    consumed: list[exp.Expr] = []
     terms = conjuncts(where.this)
     for c in terms:
         bound = _rank_bound(c, names_rank)
@@ -189,12 +189,12 @@ def take_rank_filter(q: exp.Select) -> None:
 
 
 def _rank_bound(
-    c: exp.Expression, names_rank: Callable[[exp.Expression], bool]
+    c: exp.Expr, names_rank: Callable[[exp.Expr], bool]
 ) -> tuple[int, int | None] | None:
     """``(lowest, highest)`` row numbers a conjunct allows, if it bounds the rank column
     by an integer constant."""
 
-    def const(e: exp.Expression) -> int | None:
+    def const(e: exp.Expr) -> int | None:
         if isinstance(e, exp.Paren):
             return const(e.this)
         if isinstance(e, exp.Literal) and not e.is_string and e.this.lstrip("-").isdigit():
@@ -231,9 +231,9 @@ def _rank_bound(
 def plan_over_windows(
     compiler: ExprCompiler,
     rel: Planned,
-    items: list[exp.Expression],
+    items: list[exp.Expr],
     rank_filter: RankFilter | None,
-) -> tuple[Planned, list[exp.Expression]]:
+) -> tuple[Planned, list[exp.Expr]]:
     """Plan the window calls of a select list over ``rel``; the select items with each
     call replaced by a reference to the column that holds its value."""
     items = [_named(item) for item in items]
@@ -273,7 +273,7 @@ def plan_over_windows(
     return rel, replaced
 
 
-def _named(item: exp.Expression) -> exp.Expression:
+def _named(item: exp.Expr) -> exp.Expr:
     """A select item holding a window call, aliased by the name PostgreSQL gives it (the
     call is replaced by a column reference, whose name it must not take)."""
     if isinstance(item, exp.Alias) or item.find(exp.Window) is None:

@@ -29,7 +29,7 @@ from rivulet.sql.planner.expr import ExprCompiler, conjuncts
 from rivulet.sql.planner.join import JoinPlanning
 from rivulet.sql.planner.over import check_placement, plan_over_windows, take_rank_filter
 from rivulet.sql.planner.scope import Planned, Scope, ScopeColumn
-from rivulet.sql.planner.shared import _not_supported, _type_category
+from rivulet.sql.planner.shared import type_category, unsupported_in_mv
 from rivulet.sql.windows import (
     time_column_index,
     tumble_start_sql,
@@ -68,30 +68,30 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         self.dependencies: list[int] = []
 
     # ------------------------------------------------------------------ queries
-    def plan_query(self, q: exp.Expression) -> Planned:
+    def plan_query(self, q: exp.Expr) -> Planned:
         if isinstance(q, exp.Subquery):
             return self.plan_query(q.this)
         if isinstance(q, exp.Union):
             if q.args.get("distinct"):
-                raise _not_supported("UNION (without ALL)", q)
+                raise unsupported_in_mv("UNION (without ALL)", q)
             return self._union(q)
         if isinstance(q, exp.SetOperation):
-            raise _not_supported(type(q).__name__.upper(), q)
+            raise unsupported_in_mv(type(q).__name__.upper(), q)
         if isinstance(q, exp.Values):
-            raise _not_supported("VALUES", q)
+            raise unsupported_in_mv("VALUES", q)
         if not isinstance(q, exp.Select):
-            raise _not_supported(f"query of kind {type(q).__name__}", q)
+            raise unsupported_in_mv(f"query of kind {type(q).__name__}", q)
         if q.args.get("with_"):
-            raise _not_supported("WITH (common table expressions)", q)
+            raise unsupported_in_mv("WITH (common table expressions)", q)
         return self._select(q)
 
     def _select(self, q: exp.Select) -> Planned:
         from_ = q.args.get("from_")
         if from_ is None:
-            raise _not_supported("a query without FROM", q)
+            raise unsupported_in_mv("a query without FROM", q)
         for clause in ("windows", "qualify", "prewhere", "connect", "sample"):
             if q.args.get(clause):
-                raise _not_supported(clause.upper(), q)
+                raise unsupported_in_mv(clause.upper(), q)
         check_placement(q)
         # row_number() OVER (...) <= n over a subquery: a group top-N (planner/over.py).
         take_rank_filter(q)
@@ -110,7 +110,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
             if having_expr is not None:
                 rel = self._filter(rel, having_expr, "HAVING")
         elif having is not None:
-            raise _not_supported("HAVING without GROUP BY or aggregates", having)
+            raise unsupported_in_mv("HAVING without GROUP BY or aggregates", having)
         if any(item.find(exp.Window) for item in select_items):
             rel, select_items = plan_over_windows(
                 self.exprs, rel, select_items, getattr(q, "_rank_filter", None)
@@ -119,7 +119,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         rel, names = self._project_select(rel, select_items)
         if q.args.get("distinct"):
             if q.args["distinct"].args.get("on"):
-                raise _not_supported("DISTINCT ON", q)
+                raise unsupported_in_mv("DISTINCT ON", q)
             rel = self._distinct(rel)
         order = q.args.get("order")
         limit = q.args.get("limit")
@@ -135,7 +135,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
             rel = self._join(rel, join, where)
         return rel
 
-    def _relation(self, item: exp.Expression) -> Planned:
+    def _relation(self, item: exp.Expr) -> Planned:
         if isinstance(item, exp.Subquery):
             inner = self.plan_query(item.this)
             alias = item.alias_or_name or None
@@ -145,14 +145,14 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
                 return self._table_function(item)
             return self._scan(item)
         if isinstance(item, exp.Lateral | exp.Unnest):
-            raise _not_supported(type(item).__name__.upper(), item)
-        raise _not_supported(f"FROM item {item.sql(dialect='postgres')}", item)
+            raise unsupported_in_mv(type(item).__name__.upper(), item)
+        raise unsupported_in_mv(f"FROM item {item.sql(dialect='postgres')}", item)
 
     def _scan(self, item: exp.Table) -> Planned:
         table = self.binder.lookup_table(item.db or None, item.name)
         if table is None:
             if self.binder.ctx.system.relation(item.db or "pg_catalog", item.name):
-                raise _not_supported("reading a system catalog", item)
+                raise unsupported_in_mv("reading a system catalog", item)
             shown = f"{item.db}.{item.name}" if item.db else item.name
             raise sql_error(
                 UNDEFINED_TABLE, f'relation "{shown}" does not exist', position=position_of(item)
@@ -196,7 +196,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         fn = item.this
         name = fn.name.lower() if isinstance(fn, exp.Anonymous) else type(fn).__name__.lower()
         if window_function_name(item) is None:
-            raise _not_supported(f"table function {name}()", item)
+            raise unsupported_in_mv(f"table function {name}()", item)
         # Checks and window arithmetic shared with the batch binder (sql/windows.py), in
         # the same order: the call's form, its relation, its time column, its intervals.
         call = window_call(item)
@@ -245,12 +245,12 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         )
         return Planned(node, scope, inner.dist)
 
-    def _interval_sql(self, e: exp.Expression) -> str:
+    def _interval_sql(self, e: exp.Expr) -> str:
         bound = self.binder.prepare(e.copy())
         return bound.sql(dialect="duckdb")
 
     # ------------------------------------------------------------------- filter
-    def _filter(self, rel: Planned, condition: exp.Expression, clause: str = "WHERE") -> Planned:
+    def _filter(self, rel: Planned, condition: exp.Expr, clause: str = "WHERE") -> Planned:
         if isinstance(condition, exp.Boolean) and condition.this is True:
             return rel
         self._check_boolean(conjuncts(condition), rel.scope, clause)
@@ -261,7 +261,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         )  # fmt: skip
         return Planned(node, rel.scope, rel.dist)
 
-    def _check_boolean(self, conditions: list[exp.Expression], scope: Scope, clause: str) -> None:
+    def _check_boolean(self, conditions: list[exp.Expr], scope: Scope, clause: str) -> None:
         """42804 unless each condition is boolean (as PostgreSQL when it plans the query;
         evaluated per row, a text value would make every chunk fail)."""
         conditions = [
@@ -279,10 +279,8 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
                 )
 
     # ----------------------------------------------------------- select list
-    def _project_select(
-        self, rel: Planned, items: list[exp.Expression]
-    ) -> tuple[Planned, list[str]]:
-        exprs: list[exp.Expression] = []
+    def _project_select(self, rel: Planned, items: list[exp.Expr]) -> tuple[Planned, list[str]]:
+        exprs: list[exp.Expr] = []
         names: list[str] = []
         for item in items:
             if isinstance(item, exp.Star):
@@ -365,13 +363,13 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         self,
         rel: Planned,
         order: exp.Order | None,
-        limit: exp.Expression | None,
-        offset: exp.Expression | None,
+        limit: exp.Expr | None,
+        offset: exp.Expr | None,
         names: list[str],
         input_scope: Scope | None = None,
     ) -> Planned:
         if order is None:
-            raise _not_supported("LIMIT without ORDER BY", limit)
+            raise unsupported_in_mv("LIMIT without ORDER BY", limit)
         keys: list[tuple[int, bool, bool]] = []
         # The select list; the hidden key columns the plan carries follow it.
         names = [c.name for c in rel.scope.columns if not c.hidden]
@@ -392,7 +390,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
             else:
                 index = -1
             if index < 0 or index >= len(rel.scope):
-                raise _not_supported("ORDER BY an expression that is not in the select list", o)
+                raise unsupported_in_mv("ORDER BY an expression that is not in the select list", o)
             desc = bool(o.args.get("desc"))
             nulls_first = o.args.get("nulls_first")
             if nulls_first is None:
@@ -417,7 +415,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         target: exp.Column,
         names: list[str],
         input_scope: Scope | None,
-        item: exp.Expression,
+        item: exp.Expr,
     ) -> int:
         """The output column an ORDER BY column names: ``t.a`` is the select item that
         passes the input column ``t.a`` through; a column of the FROM clause that the
@@ -430,13 +428,13 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
             for i, e in enumerate(node.exprs.strict[: len(names)]):
                 if e == f"c{source}":
                     return i
-        raise _not_supported("ORDER BY a column that is not in the select list", item)
+        raise unsupported_in_mv("ORDER BY a column that is not in the select list", item)
 
     # -------------------------------------------------------------------- union
     def _union(self, q: exp.Union) -> Planned:
-        branches: list[exp.Expression] = []
+        branches: list[exp.Expr] = []
 
-        def collect(e: exp.Expression) -> None:
+        def collect(e: exp.Expr) -> None:
             if e is q or (
                 isinstance(e, exp.Union)
                 and not e.args.get("distinct")
@@ -521,7 +519,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
         for t in known[1:]:
             if t == out:
                 continue
-            if _type_category(t) != _type_category(out):
+            if type_category(t) != type_category(out):
                 raise sql_error(
                     DATATYPE_MISMATCH, f"UNION types {out.name} and {t.name} cannot be matched"
                 )
@@ -530,7 +528,7 @@ class StreamPlanner(JoinPlanning, AggregatePlanning):
 
 
 # ------------------------------------------------------------------ helpers
-def _is_null_item(query: exp.Expression, index: int) -> bool:
+def _is_null_item(query: exp.Expr, index: int) -> bool:
     """Whether select item ``index`` of a UNION branch is a bare NULL."""
     if not isinstance(query, exp.Select):
         return False
@@ -543,7 +541,7 @@ def _is_null_item(query: exp.Expression, index: int) -> bool:
     return isinstance(item.this if isinstance(item, exp.Alias) else item, exp.Null)
 
 
-def _int_literal(e: exp.Expression | None, what: str) -> int | None:
+def _int_literal(e: exp.Expr | None, what: str) -> int | None:
     if e is None:
         return None
     negative = isinstance(e, exp.Neg)
@@ -555,7 +553,7 @@ def _int_literal(e: exp.Expression | None, what: str) -> int | None:
             # PostgreSQL: 2201W for LIMIT, 2201X for OFFSET.
             raise sql_error("2201W" if what == "LIMIT" else "2201X", f"{what} must not be negative")
         return n
-    raise _not_supported(f"{what} with an expression", e)
+    raise unsupported_in_mv(f"{what} with an expression", e)
 
 
 def _hidden_name(name: str, taken: list[str]) -> str:

@@ -24,7 +24,7 @@ _SUPPORTED_SHAPES = (
 )
 
 
-def _not_supported(what: str, node: exp.Expression | None = None) -> Exception:
+def unsupported_in_mv(what: str, node: exp.Expr | None = None) -> Exception:
     return sql_error(
         FEATURE_NOT_SUPPORTED,
         f"{what}: not supported yet in materialized views",
@@ -33,12 +33,12 @@ def _not_supported(what: str, node: exp.Expression | None = None) -> Exception:
     )
 
 
-def _names_column(col: exp.Column, scope: Scope) -> bool:
+def names_column(col: exp.Column, scope: Scope) -> bool:
     q = col.table or None
     return any(c.name == col.name and (q is None or c.qualifier == q) for c in scope.columns)
 
 
-def _type_category(t: DataType) -> str:
+def type_category(t: DataType) -> str:
     if t.name in ("smallint", "integer", "bigint", "numeric", "real", "double precision"):
         return "number"
     if t.name in ("character varying", "text", "name"):
@@ -49,12 +49,12 @@ def _type_category(t: DataType) -> str:
 
 
 def computed_columns(
-    compiler: ExprCompiler, rel: Planned, exprs: list[exp.Expression], name: Callable[[int], str]
+    compiler: ExprCompiler, rel: Planned, exprs: list[exp.Expr], name: Callable[[int], str]
 ) -> tuple[Planned, list[int]]:
     """Expressions as columns of ``rel``: input columns as they are, others appended by
     a projection as hidden columns (the i-th named ``name(i)``); with their indices."""
     indices: list[int] = []
-    extra: list[exp.Expression] = []
+    extra: list[exp.Expr] = []
     for e in exprs:
         if isinstance(e, exp.Column):
             indices.append(rel.scope.resolve(e))

@@ -46,14 +46,14 @@ class SystemCatalog:
 
     def __init__(self) -> None:
         self._by_name = {(v.schema, v.name): v for v in VIEWS}
-        self._inline: dict[tuple[str, str], exp.Expression] = {}
+        self._inline: dict[tuple[str, str], exp.Expr] = {}
 
     def relation(self, schema: str, name: str) -> str | None:
         """The name of the DuckDB view (in ``rw_sys``) standing for a system relation."""
         view = self._by_name.get((schema, name))
         return view.duckdb_name if view else None
 
-    def inline(self, schema: str, name: str) -> exp.Expression | None:
+    def inline(self, schema: str, name: str) -> exp.Expr | None:
         """For a system relation that is always empty, the subquery standing for it (no
         DuckDB view exists for those: creating ~70 of them would slow every start)."""
         view = self._by_name.get((schema, name))

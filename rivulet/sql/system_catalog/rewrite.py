@@ -105,7 +105,7 @@ _TEXT_FUNCTIONS = {
 }
 
 
-def trusted_call(name: str, *args: exp.Expression) -> exp.Expression:
+def trusted_call(name: str, *args: exp.Expr) -> exp.Expr:
     """``rw_sys.name(args)``, marked as built by the engine."""
     fn = exp.Anonymous(this=name, expressions=list(args))
     fn.meta[TRUSTED] = True
@@ -120,11 +120,11 @@ def search_path_list(ctx: SessionView) -> list[str]:
     return path
 
 
-def _path_literal(ctx: SessionView) -> exp.Expression:
+def _path_literal(ctx: SessionView) -> exp.Expr:
     return exp.Array(expressions=[exp.Literal.string(s) for s in search_path_list(ctx)])
 
 
-def rewrite_pg_syntax(ast: exp.Expression, ctx: SessionView) -> exp.Expression:
+def rewrite_pg_syntax(ast: exp.Expr, ctx: SessionView) -> exp.Expr:
     """Translate the PostgreSQL syntax of ``ast`` (in place; returns the root)."""
     ast = _strip_function_qualifiers(ast)
     for column in list(ast.find_all(exp.Column)):
@@ -157,7 +157,7 @@ def rewrite_pg_syntax(ast: exp.Expression, ctx: SessionView) -> exp.Expression:
 # ------------------------------------------------------------------ functions
 
 
-def _strip_function_qualifiers(ast: exp.Expression) -> exp.Expression:
+def _strip_function_qualifiers(ast: exp.Expr) -> exp.Expr:
     for dot in list(ast.find_all(exp.Dot)):
         fn = dot.expression
         if not isinstance(fn, exp.Func) or fn.meta.get(TRUSTED):
@@ -185,13 +185,13 @@ def _strip_function_qualifiers(ast: exp.Expression) -> exp.Expression:
     return ast
 
 
-def _rewrite_functions(ast: exp.Expression, ctx: SessionView) -> exp.Expression:
+def _rewrite_functions(ast: exp.Expr, ctx: SessionView) -> exp.Expr:
     for fn in list(ast.find_all(exp.Anonymous)):
         if fn.meta.get(TRUSTED):
             continue
         name = fn.name.lower()
         args = fn.expressions
-        replacement: exp.Expression | None = None
+        replacement: exp.Expr | None = None
         if name in _RENAMES:
             replacement = exp.Anonymous(this=_RENAMES[name], expressions=args)
             replacement.meta[TRUSTED] = True
@@ -213,7 +213,7 @@ def _rewrite_functions(ast: exp.Expression, ctx: SessionView) -> exp.Expression:
     return ast
 
 
-def _rewrite_tableoid(ast: exp.Expression, ctx: SessionView) -> None:
+def _rewrite_tableoid(ast: exp.Expr, ctx: SessionView) -> None:
     """The system column ``tableoid`` (psql's ``\\dd`` reads it): the OID of the relation
     a row comes from, for system relations and tables that have no such column."""
     from rivulet.meta.catalog import SYSTEM_SCHEMAS
@@ -249,7 +249,7 @@ def _rewrite_tableoid(ast: exp.Expression, ctx: SessionView) -> None:
             column.replace(_as_oid(exp.Literal.number(oid)))
 
 
-def _inline_session_relations(ast: exp.Expression, ctx: SessionView) -> None:
+def _inline_session_relations(ast: exp.Expr, ctx: SessionView) -> None:
     """pg_settings and pg_stat_activity show the session's own values: their rows are
     built here, as a subquery, rather than read from a view."""
     import sqlglot
@@ -274,7 +274,7 @@ def _inline_session_relations(ast: exp.Expression, ctx: SessionView) -> None:
         table.replace(sub)
 
 
-def _dynamic_setting(args: list[exp.Expression], ctx: SessionView) -> exp.Expression:
+def _dynamic_setting(args: list[exp.Expr], ctx: SessionView) -> exp.Expr:
     """``current_setting(expr)``: the session's value of every setting, picked at
     execution (NULL for an unknown name, as with ``missing_ok``)."""
     from rivulet.sql.session_config import VARIABLES
@@ -290,7 +290,7 @@ def _dynamic_setting(args: list[exp.Expression], ctx: SessionView) -> exp.Expres
 # ---------------------------------------------------------------------- casts
 
 
-def _pg_type_name(to: exp.Expression) -> tuple[str | None, int]:
+def _pg_type_name(to: exp.Expr) -> tuple[str | None, int]:
     """(PostgreSQL type name of a cast target when it is one sqlglot does not model,
     array dimensions)."""
     dims = 0
@@ -315,7 +315,7 @@ def _pg_type_name(to: exp.Expression) -> tuple[str | None, int]:
     return None, dims
 
 
-def _is_text(node: exp.Expression) -> bool:
+def _is_text(node: exp.Expr) -> bool:
     """Whether an expression is (most likely) a name rather than an OID."""
     while isinstance(node, exp.Paren):
         node = node.this
@@ -333,7 +333,7 @@ def _is_text(node: exp.Expression) -> bool:
     return False
 
 
-def _reg_in(kind: str, arg: exp.Expression, ctx: SessionView, *, strict: bool) -> exp.Expression:
+def _reg_in(kind: str, arg: exp.Expr, ctx: SessionView, *, strict: bool) -> exp.Expr:
     strict_lit = exp.true() if strict else exp.false()
     if kind == "regclass":
         node = trusted_call("regclass_in", arg, _path_literal(ctx), strict_lit)
@@ -343,13 +343,13 @@ def _reg_in(kind: str, arg: exp.Expression, ctx: SessionView, *, strict: bool) -
     return node
 
 
-def _reg_out(kind: str, value: exp.Expression, ctx: SessionView) -> exp.Expression:
+def _reg_out(kind: str, value: exp.Expr, ctx: SessionView) -> exp.Expr:
     if kind == "regclass":
         return trusted_call("regclass_out", value, _path_literal(ctx))
     return trusted_call(f"{kind}_out", value)
 
 
-def _as_oid(value: exp.Expression) -> exp.Expression:
+def _as_oid(value: exp.Expr) -> exp.Expr:
     cast = exp.Cast(this=value, to=exp.DataType.build("UINTEGER", dialect="duckdb"))
     cast.meta[TRUSTED] = True
     return cast
@@ -362,7 +362,7 @@ def _duckdb_type(name: str, dims: int) -> exp.DataType | None:
     return exp.DataType.build(stand_in + "[]" * dims, dialect="duckdb")
 
 
-def _rewrite_cast(cast: exp.Cast, ctx: SessionView) -> exp.Expression:
+def _rewrite_cast(cast: exp.Cast, ctx: SessionView) -> exp.Expr:
     operand = cast.this
     reg_kind = operand.meta.get(_REG_KIND)
     to = cast.args.get("to")
@@ -413,10 +413,10 @@ def _rewrite_cast(cast: exp.Cast, ctx: SessionView) -> exp.Expression:
     return new
 
 
-def _array_literal(text: str, to: exp.Expression) -> exp.Expression:
+def _array_literal(text: str, to: exp.Expr) -> exp.Expr:
     """``'{a,"b c",NULL}'::T[]`` -> ``CAST(['a', 'b c', NULL] AS T[])``."""
     items = _parse_pg_array(text)
-    elements: list[exp.Expression] = [
+    elements: list[exp.Expr] = [
         exp.null() if item is None else exp.Literal.string(item) for item in items
     ]
     cast = exp.Cast(this=exp.Array(expressions=elements), to=to)
@@ -470,7 +470,7 @@ def _parse_pg_array(text: str) -> list[str | None]:
 # -------------------------------------------------------------------- outputs
 
 
-def _name_reg_outputs(ast: exp.Expression, ctx: SessionView) -> None:
+def _name_reg_outputs(ast: exp.Expr, ctx: SessionView) -> None:
     """A reg* value shown as a result column prints as the name it stands for."""
     for select in _output_selects(ast):
         new = []
@@ -490,7 +490,7 @@ def _name_reg_outputs(ast: exp.Expression, ctx: SessionView) -> None:
             select.set("expressions", new)
 
 
-def _output_selects(ast: exp.Expression) -> list[exp.Select]:
+def _output_selects(ast: exp.Expr) -> list[exp.Select]:
     out: list[exp.Select] = []
     node = ast
     if isinstance(node, exp.Subquery):
