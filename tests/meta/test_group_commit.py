@@ -6,6 +6,7 @@ writes), a client's statements apply in its order, and every MV equals its query
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import rivulet
@@ -67,6 +68,14 @@ def test_a_lone_statement_does_not_wait_for_a_periodic_barrier(tmp_path: Path) -
     barrier interval does not delay it)."""
     with rivulet.connect(tmp_path / "data", barrier_interval_ms=3_600_000) as con:
         con.execute("CREATE TABLE t (v INT)")
+        barrier = con._thread.engine.barrier  # type: ignore[attr-defined]
         for i in range(20):
+            epoch = barrier.committed_epoch
+            started = time.monotonic()
             con.execute("INSERT INTO t VALUES (%s)", [i])
+            # Returned at once (not after the hour-long interval: 5 s is room for a
+            # loaded machine), committed by a barrier of its own, and visible.
+            assert time.monotonic() - started < 5.0, f"INSERT {i} waited for a barrier"
+            assert barrier.committed_epoch > epoch
+            assert con.execute("SELECT count(*) FROM t").fetchone() == (i + 1,)
         assert con.execute("SELECT count(*), sum(v) FROM t").fetchone() == (20, 190)

@@ -49,6 +49,18 @@ def live_parallelism(con: rivulet.Connection, name: str) -> list[int]:
     ]
 
 
+def hash_parallelism(con: rivulet.Connection, name: str) -> set[int]:
+    """The actor counts of a job's hash-distributed fragments (scans included)."""
+    return {
+        n
+        for (n,) in con.execute(
+            "SELECT f.parallelism FROM rw_fragments f JOIN rw_streaming_jobs j"
+            " ON f.table_id = j.id WHERE j.name = %s AND f.distribution_type = 'HASH'",
+            [name],
+        ).fetchall()
+    }
+
+
 def setup(con: rivulet.Connection) -> None:
     con.execute("CREATE TABLE t (id INT PRIMARY KEY, k INT, v INT)")
     con.execute("CREATE TABLE u (k INT PRIMARY KEY, w INT)")
@@ -96,11 +108,21 @@ def test_alter_moves_every_job_while_writers_run(tmp_path: Path) -> None:
     for th in threads:
         th.start()
     rng = random.Random(7)
+    # Every job once (in a random order), then more at random.
+    jobs = [*MVS, "t", "u"]
+    names = rng.sample(jobs, len(jobs)) + [rng.choice(jobs) for _ in range(5)]
+    # What each policy comes to on 2 workers x 2 slots.
+    actors = {"1": 1, "2": 2, "3": 3, "ADAPTIVE": 4, "DEFAULT": 4}
+    actors |= {"'bounded(2)'": 2, "'ratio(0.5)'": 2}
+    policies: dict[str, str] = {}
     try:
-        for step in range(12):
-            name = rng.choice([*MVS, "t", "u"])
+        for step, name in enumerate(names):
             kind = "TABLE" if name in ("t", "u") else "MATERIALIZED VIEW"
-            con.execute(f"ALTER {kind} {name} SET PARALLELISM = {rng.choice(POLICIES)}")
+            policy = rng.choice(POLICIES)
+            con.execute(f"ALTER {kind} {name} SET PARALLELISM = {policy}")
+            policies[name] = policy
+            # Moved: every (hash-distributed) fragment of the job runs that many actors.
+            assert hash_parallelism(con, name) == {actors[policy]}, (name, policy)
             if step % 4 == 3:
                 con.execute("FLUSH")
                 assert_oracle(con)
@@ -110,6 +132,16 @@ def test_alter_moves_every_job_while_writers_run(tmp_path: Path) -> None:
         for th in threads:
             th.join(60)
     assert not errors, errors
+    assert set(policies) == set(jobs)
+    for name, policy in policies.items():  # and stayed where the last ALTER put it
+        assert hash_parallelism(con, name) == {actors[policy]}, (name, policy)
+        shown = con.execute(
+            "SELECT parallelism, reconcile_status FROM rw_streaming_jobs WHERE name = %s", [name]
+        ).fetchone()
+        assert shown == (
+            "adaptive" if policy in ("ADAPTIVE", "DEFAULT") else policy.strip("'"),
+            "in_sync",
+        )
     con.execute("FLUSH")
     assert_oracle(con)
     con.close()

@@ -147,6 +147,11 @@ def test_a_pipeline_mixing_statements_keeps_every_row_in_order(
         )
         counted = conn.execute(f"SELECT v, count(*) FROM {table_name} GROUP BY v ORDER BY v")
     assert counted.fetchall() == [("b", 5), ("c", 10), ("d", 1), ("e", 44)]
+    # Every row, as the statements applied one after the other leave it: the UPDATE saw
+    # the first batch, the later rows replaced theirs by key, in order.
+    want = [(i, "b") for i in range(5)] + [(i, "c") for i in range(5, 15)]
+    want += [(15, "d")] + [(i, "e") for i in range(16, 60)]
+    assert conn.execute(f"SELECT id, v FROM {table_name} ORDER BY id").fetchall() == want
 
 
 def _pipeline_outcome(connect: Callable[[], psycopg.Connection], table: str) -> tuple:

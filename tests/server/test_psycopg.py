@@ -11,6 +11,7 @@ import uuid
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.pq import DiagnosticField as DiagField
 from psycopg.types.json import Jsonb
 
 UTC = dt.UTC
@@ -179,6 +180,21 @@ def test_deallocate_names_one_statement(server) -> None:
             c.execute("DEALLOCATE p3")
         with pytest.raises(psycopg.errors.SyntaxError):
             c.execute("DEALLOCATE")
+        # Only the named one went: the other statement still runs.
+        c.pgconn.prepare(b"p4", b"select 4")
+        c.pgconn.prepare(b"p5", b"select 5")
+        c.execute("DEALLOCATE p4")
+        assert c.pgconn.exec_prepared(b"p5", []).get_value(0, 0) == b"5"
+        assert c.pgconn.exec_prepared(b"p4", []).error_field(DiagField.SQLSTATE) == b"26000"
+    with server.connect(autocommit=False) as c:
+        c.execute("select 1")
+        with pytest.raises(psycopg.errors.InvalidSqlStatementName, match='"nope"'):
+            c.execute("DEALLOCATE nope")
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            c.execute("select 1")
+        c.rollback()
+        assert c.execute("select 2").fetchone() == (2,)
 
 
 def test_discard_all_drops_prepared_statements(server) -> None:

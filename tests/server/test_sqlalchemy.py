@@ -3,6 +3,8 @@ bulk writes of SQLAlchemy and pandas compared with PostgreSQL."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -33,9 +35,31 @@ def test_text_queries(engine: sa.Engine, table_name: str) -> None:
 
 
 def test_table_reflection(engine: sa.Engine, table_name: str) -> None:
+    """A table created over SQL reflects with its columns, types, nullability and key,
+    and the reflected Table writes and reads it."""
     with engine.connect() as c:
-        c.execute(sa.text(f"create table {table_name} (id int)"))
+        c.execute(
+            sa.text(
+                f"create table {table_name}"
+                " (id int primary key, name varchar not null, price numeric(10, 2))"
+            )
+        )
     assert table_name in sa.inspect(engine).get_table_names()
+    table = sa.Table(table_name, sa.MetaData(), autoload_with=engine)
+    assert [(c.name, type(c.type).__name__, c.nullable) for c in table.columns] == [
+        ("id", "INTEGER", False),
+        ("name", "VARCHAR", False),
+        ("price", "NUMERIC", True),
+    ]
+    assert (table.c.price.type.precision, table.c.price.type.scale) == (10, 2)
+    assert [c.name for c in table.primary_key] == ["id"]
+    with engine.connect() as c:
+        c.execute(
+            table.insert(),
+            [{"id": 2, "name": "b", "price": None}, {"id": 1, "name": "a", "price": 1.5}],
+        )
+        rows = c.execute(sa.select(table).order_by(table.c.id)).all()
+    assert [tuple(r) for r in rows] == [(1, "a", Decimal("1.50")), (2, "b", None)]
 
 
 # -- bulk writes: SQLAlchemy's executemany and pandas' to_sql send one INSERT per row with

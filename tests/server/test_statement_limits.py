@@ -42,6 +42,9 @@ def test_the_cap_is_a_system_parameter(server: ServerProcess) -> None:
     with server.connect() as con:
         con.execute("ALTER SYSTEM SET max_statement_bytes = 4096")
         try:
+            assert ("max_statement_bytes", "4096", "true") in con.execute(
+                "SHOW PARAMETERS"
+            ).fetchall()
             with pytest.raises(psycopg.errors.ProgramLimitExceeded) as info:
                 con.execute("SELECT 1 WHERE 1 IN (" + in_list(2000) + ")")
             assert "the limit is 4096 bytes" in str(info.value)
@@ -55,7 +58,13 @@ def test_the_cap_is_a_system_parameter(server: ServerProcess) -> None:
             assert con.execute("SELECT '" + "x" * 3000 + "'").fetchone() == ("x" * 3000,)
         finally:
             con.execute("ALTER SYSTEM SET max_statement_bytes = DEFAULT")
-        assert con.execute("SHOW PARAMETERS").fetchall()
+        # Back to the default, for every session: the statement refused above goes through.
+        assert ("max_statement_bytes", "16777216", "true") in con.execute(
+            "SHOW PARAMETERS"
+        ).fetchall()
+        assert con.execute("SELECT 1 WHERE 1 IN (" + in_list(2000) + ")").fetchone() == (1,)
+    with server.connect() as other:
+        assert other.execute("SELECT '" + "é" * 2100 + "'").fetchone() == ("é" * 2100,)
 
 
 @pytest.mark.parametrize(

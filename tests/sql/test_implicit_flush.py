@@ -48,9 +48,13 @@ def test_off_flush_fails_when_a_recovery_lost_the_writes(con: rivulet.Connection
     con.execute("SET rw_implicit_flush = false")
     con.execute("INSERT INTO t VALUES (1)")
     con.execute("RECOVER")  # drops every epoch not yet committed
-    with pytest.raises(rivulet.Error) as failed:
+    with pytest.raises(rivulet.OperationalError) as failed:
         con.execute("FLUSH")
-    assert failed.value.sqlstate is not None
+    # It says why: the epoch holding the write was dropped by the RECOVER.
+    assert (failed.value.sqlstate, failed.value.message) == (
+        "57P01",
+        "the stream jobs were rebuilt by RECOVER",
+    )
     assert count(con) == (0, 0)
     con.execute("INSERT INTO t VALUES (2)")
     con.execute("FLUSH")  # the loss was reported once; later writes are unaffected

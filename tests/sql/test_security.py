@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import rivulet
@@ -202,10 +203,24 @@ def test_set_config_is_refused(con: rivulet.Connection) -> None:
 
 
 def test_the_external_access_stays_off(con: rivulet.Connection) -> None:
-    """pg_settings shows Rivulet's variables, not DuckDB's."""
+    """The engine's DuckDB runs with external access off and its configuration locked
+    (nothing, not even SQL reaching DuckDB, can turn it back on); pg_settings shows
+    Rivulet's variables, not DuckDB's."""
     names = {r[0] for r in con.execute("SELECT name FROM pg_settings").fetchall()}
     assert "timezone" in names
     assert not names & {"threads", "memory_limit", "enable_external_access"}
+    cur = con._thread.engine.store.new_cursor()  # type: ignore[attr-defined]
+    try:
+        settings = (
+            "SELECT current_setting('enable_external_access'),"
+            " current_setting('lock_configuration')"
+        )
+        assert cur.execute(settings).fetchall() == [(False, True)]
+        with pytest.raises(duckdb.Error, match="configuration has been locked"):
+            cur.execute("SET enable_external_access = true")
+        assert cur.execute(settings).fetchall() == [(False, True)]
+    finally:
+        cur.close()
 
 
 # ----------------------------------------------------- DuckDB catalog functions
@@ -445,8 +460,11 @@ def test_quotes_and_semicolons_in_literals_stay_inside_them(con: rivulet.Connect
 
 
 def test_a_parameter_is_never_an_identifier(con: rivulet.Connection) -> None:
-    with pytest.raises(rivulet.Error):
-        con.execute("SELECT * FROM %s", ("t",))
+    # Not a relation: the FROM names the placeholder, never the table t.
+    refused(con, "SELECT * FROM %s", "0A000", "unsupported relation: $1")
+    # Not a column: the value itself comes back, not the column it spells.
+    assert con.execute("SELECT %s, %s FROM t", ("id", "v")).fetchall() == [("id", "v")]
+    assert con.execute("SELECT count(*) FROM t WHERE %s = 'one'", ("v",)).fetchone() == (0,)
     # As a value it is compared, not interpreted.
     assert con.execute("SELECT count(*) FROM t WHERE v = %s", ("one' OR '1'='1",)).fetchone() == (
         0,

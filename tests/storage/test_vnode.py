@@ -196,7 +196,28 @@ def test_chunked_arrays_hash_like_contiguous_ones() -> None:
 
 
 def test_nulls_hash_to_a_constant_whatever_the_type() -> None:
-    assert len({vnodes(pa.array([None], t))[0] for t in (pa.int64(), pa.string())}) == 1
+    types = [
+        pa.int16(),
+        pa.int32(),
+        pa.int64(),
+        pa.uint16(),
+        pa.float64(),
+        pa.bool_(),
+        pa.string(),
+        pa.large_string(),
+        pa.binary(),
+        pa.date32(),
+        pa.timestamp("us"),
+        pa.decimal128(10, 2),
+        pa.month_day_nano_interval(),
+    ]
+    # The full 64-bit hash, not only the vnode: alone, among values, or in a slice.
+    hashes = {hash_columns([pa.array([None], t)])[0] for t in types}
+    hashes |= {hash_columns([pa.array([None, None], t).slice(1)])[0] for t in types}
+    hashes.add(hash_columns([pa.array([5, None, 7], pa.int64())])[1])
+    hashes.add(hash_columns([pa.array(["a", None], pa.string())])[1])
+    assert len(hashes) == 1, hashes
+    assert len({vnodes(pa.array([None], t))[0] for t in types}) == 1
     # A null is not the same key as the type's zero value.
     null_hash = hash_columns([pa.array([None], pa.int64())])[0]
     assert null_hash != hash_columns([pa.array([0], pa.int64())])[0]

@@ -192,11 +192,14 @@ def _check_state_vnodes(con: rivulet.Connection) -> None:
     ]
     assert schemas
     cur = engine.store.cursor()
+    checked = 0
     for schema in schemas:
         rows = cur.sql(f"SELECT * FROM {schema.physical_name}").to_arrow_table()
         keys = [rows.column(schema.columns[i][0]) for i in schema.dist_key]
         if rows.num_rows:
             assert (rows.column("_vnode").to_numpy() == compute_vnodes(keys)).all()
+            checked += rows.num_rows
+    assert checked, "no stored group was checked"
 
 
 def test_mv_over_existing_rows_and_mv_on_mv() -> None:
