@@ -16,6 +16,7 @@ import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import duckdb
 import numpy as np
@@ -62,6 +63,64 @@ def matching(left: str, right: str, columns: Sequence[str], *, nulls_equal: bool
     return " AND ".join(f"{left}.{quote_ident(c)} {op} {right}.{quote_ident(c)}" for c in columns)
 
 
+def physical_name_of(table_id: int) -> str:
+    """The store's name of state table ``table_id``."""
+    return f"{STATE_SCHEMA}.{quote_ident(f't{table_id}')}"
+
+
+def committed_matching_sql(
+    table: str, probe: str | None, on: Sequence[str], *, nulls_equal: bool = True
+) -> str:
+    """The committed rows (``[_vnode, cols...]``) whose columns ``on`` equal one of the rows
+    of the relation ``probe`` (``nulls_equal`` as in ``matching``); all rows without one."""
+    if probe is None:
+        return f"SELECT * FROM {table}"
+    cond = matching("s", "p", on, nulls_equal=nulls_equal)
+    return f"SELECT s.* FROM {table} s SEMI JOIN {probe} p ON {cond}"
+
+
+def committed_joined_sql(
+    table: str, probe: str, on: Sequence[str], columns: Sequence[str] | None
+) -> str:
+    """The committed rows matching the rows of ``probe`` on ``on`` (NULL matches NULL),
+    each with the probe's ``_i``: then ``columns`` of them (every column when None)."""
+    select = "s.*" if columns is None else ", ".join(f"s.{quote_ident(c)}" for c in columns)
+    return f"SELECT p._i AS _i, {select} FROM {table} s JOIN {probe} p ON {matching('s', 'p', on)}"
+
+
+def table_exists(cursor: duckdb.DuckDBPyConnection, table_id: int) -> bool:
+    """Whether the state table is in the store (it appears with its job's first commit)."""
+    rows = cursor.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
+        [STATE_SCHEMA, f"t{table_id}"],
+    ).fetchall()
+    return bool(rows[0][0])
+
+
+class CommittedReader(Protocol):
+    """Where a state table's committed rows come from when it does not read the store's
+    DuckDB itself: another process serves them (``storage/state_service.py``). Batched,
+    Arrow in and Arrow out; blocking, called from a query thread."""
+
+    def matching(
+        self,
+        schema: StateTableSchema,
+        probe: pa.Table | None,
+        on: Sequence[str],
+        nulls_equal: bool,
+    ) -> pa.Table: ...
+
+    def joined(
+        self,
+        schema: StateTableSchema,
+        probe: pa.Table,
+        on: Sequence[str],
+        columns: Sequence[str] | None,
+    ) -> pa.Table: ...
+
+    def exists(self, schema: StateTableSchema) -> bool: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StateTableSchema:
     """Layout of one state table: stored columns (hidden ones included), key and
@@ -75,7 +134,7 @@ class StateTableSchema:
 
     @property
     def physical_name(self) -> str:
-        return f"{STATE_SCHEMA}.{quote_ident(f't{self.table_id}')}"
+        return physical_name_of(self.table_id)
 
     @property
     def column_names(self) -> list[str]:
@@ -170,8 +229,10 @@ def last_per_key(table: pa.Table, key_names: Sequence[str]) -> pa.Table:
 class StateTable:
     """A state table and its epoch overlay. Writes must come from one writer at a time."""
 
-    def __init__(self, schema: StateTableSchema) -> None:
+    def __init__(self, schema: StateTableSchema, reader: CommittedReader | None = None) -> None:
         self.schema = schema
+        # None: committed rows are read from the DuckDB cursor a reader passes in.
+        self.reader = reader
         self._current = MemTable()
         # Sealed memtables awaiting their checkpoint's commit, oldest first.
         self._sealed: list[tuple[int, MemTable]] = []
@@ -245,15 +306,8 @@ class StateTable:
                 found.append(hit.filter(present).select(out_cols))
                 remaining = remaining.join(hit.select(key_names), key_names, join_type="left anti")
         if remaining.num_rows:
-            with registered(cursor, remaining) as (name,):
-                # NULL key parts match NULL, as in the flush (an MV over an outer join).
-                match = matching("s", "r", self.schema.match_names)
-                found.append(
-                    cursor.sql(
-                        f"SELECT s.* FROM {self.schema.physical_name} s "
-                        f"SEMI JOIN {name} r ON {match}"
-                    ).to_arrow_table()
-                )
+            # NULL key parts match NULL, as in the flush (an MV over an outer join).
+            found.append(self._committed_matching(cursor, remaining, self.schema.match_names))
         schema = self.arrow_schema()
         if not found:
             return schema.empty_table()
@@ -294,12 +348,17 @@ class StateTable:
         elif not committed:  # nothing to read: an empty overlay keeps the relation's shape
             schema = self.arrow_schema().append(pa.field(OP_COLUMN, pa.int8()))
             overlay = schema.append(pa.field(_LAYER, pa.int32())).empty_table()
-        tables = [t for t in (overlay, probe) if t is not None]
+        # Served by another process, the committed rows come first, cut down to the probe.
+        fetched = None
+        if committed and self.reader is not None:
+            fetched = self.reader.matching(s, probe, on, nulls_equal)
+        tables = [t for t in (overlay, probe, fetched) if t is not None]
         with registered(cursor, *tables) as names:
+            stored = s.physical_name if fetched is None else names[-1]
             semi = ""
             if probe is not None:
                 cond = matching("t", "p", on, nulls_equal=nulls_equal)
-                semi = f" SEMI JOIN {names[-1]} p ON {cond}"
+                semi = f" SEMI JOIN {names[1 if overlay is not None else 0]} p ON {cond}"
             parts = []
             with_ov = ""
             if overlay is not None:
@@ -314,7 +373,7 @@ class StateTable:
                     )
                 with_ov = f"WITH ov AS (SELECT t.* FROM {names[0]} t{cut}{newest}) "
             if committed:
-                part = f"SELECT {cols} FROM {s.physical_name} t{semi}"
+                part = f"SELECT {cols} FROM {stored} t{semi}"
                 if overlay is not None:
                     part += f" ANTI JOIN ov o ON {matching('t', 'o', s.key_names)}"
                 parts.append(part)
@@ -344,10 +403,13 @@ class StateTable:
             return cursor.sql(f"SELECT * FROM {rel}").to_arrow_table().cast(self.arrow_schema())
 
     def committed_matches(
-        self, cursor: duckdb.DuckDBPyConnection, probe: pa.Table, select: str = "s.*"
+        self,
+        cursor: duckdb.DuckDBPyConnection,
+        probe: pa.Table,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """The committed rows matching ``probe`` on its columns but ``_i`` (NULL matches
-        NULL), joined with the probe's ``_i``: ``select`` from them (``s`` the table).
+        NULL), joined with the probe's ``_i``: ``_i`` and ``columns`` of them (all if None).
         For readers that know no overlay holds those keys (an aggregation's uncached
         groups). Where the probe has the distribution key, its ``_vnode`` is left out of
         the match: the vnode follows from the key, and the join is cheaper without it."""
@@ -355,20 +417,27 @@ class StateTable:
         dist = {self.schema.columns[i][0] for i in self.schema.dist_key}
         if dist and dist <= set(keys) - {VNODE_COLUMN}:
             keys.remove(VNODE_COLUMN)
+        if self.reader is not None:
+            return self.reader.joined(self.schema, probe, keys, columns)
         with registered(cursor, probe) as (name,):
-            return cursor.sql(
-                f"SELECT p._i AS _i, {select} FROM {self.schema.physical_name} s "
-                f"JOIN {name} p ON {matching('s', 'p', keys)}"
-            ).to_arrow_table()
+            sql = committed_joined_sql(self.schema.physical_name, name, keys, columns)
+            return cursor.sql(sql).to_arrow_table()
+
+    def _committed_matching(
+        self, cursor: duckdb.DuckDBPyConnection, probe: pa.Table, on: Sequence[str]
+    ) -> pa.Table:
+        if self.reader is not None:
+            return self.reader.matching(self.schema, probe, on, True)
+        with registered(cursor, probe) as (name,):
+            sql = committed_matching_sql(self.schema.physical_name, name, on)
+            return cursor.sql(sql).to_arrow_table()
 
     def exists(self, cursor: duckdb.DuckDBPyConnection) -> bool:
         """Whether the table is committed (a new job's tables appear with its first
         commit; until then there is nothing to read)."""
-        rows = cursor.execute(
-            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = ? AND table_name = ?",
-            [STATE_SCHEMA, f"t{self.schema.table_id}"],
-        ).fetchall()
-        return bool(rows[0][0])
+        if self.reader is not None:
+            return self.reader.exists(self.schema)
+        return table_exists(cursor, self.schema.table_id)
 
     def is_committed(self, cursor: duckdb.DuckDBPyConnection) -> bool:
         """``exists``, asked of DuckDB only until the answer is yes."""

@@ -4,10 +4,17 @@ key prefixes; whether the table is committed; Arrow relations registered for a b
 
 Every executor that loads state (joins, Top-N, window functions, aggregations) reads
 through these, so they are checked here against a model: a dict of the rows written.
+Each read is checked twice: from the store's DuckDB in this process, and with the
+committed rows served over a socket by the storage service (``storage/state_service.py``),
+as an actor on a compute node reads them.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
 from functools import partial
 
 import duckdb
@@ -19,6 +26,7 @@ from hypothesis import strategies as st
 
 from rivulet.common.chunk import Op, StreamChunk
 from rivulet.common.types import INTEGER, VARCHAR
+from rivulet.storage.state_service import StateService, StateServiceClient, StateServiceError
 from rivulet.storage.state_store import StateStore, StoreOptions
 from rivulet.storage.state_table import StateTable, StateTableSchema, registered
 
@@ -45,15 +53,44 @@ def rows_table(table: StateTable, rows: list[Row]) -> pa.Table:
     return table.with_vnodes(raw).cast(table.arrow_schema())
 
 
-class Model:
-    """A state table and what it should hold: writes go to both."""
+@contextlib.contextmanager
+def served(store: StateStore) -> Iterator[tuple[StateService, StateServiceClient]]:
+    """``store``'s committed state served on a loopback port by a loop of its own (as
+    meta serves it), and a client of it."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    service = StateService(store)
+    host, port = asyncio.run_coroutine_threadsafe(service.start(), loop).result(10)
+    client = StateServiceClient(host, port, service.token)
+    try:
+        yield service, client
+    finally:
+        client.close()
+        asyncio.run_coroutine_threadsafe(service.close(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
-    def __init__(self, schema: StateTableSchema) -> None:
+
+class Model:
+    """A state table and what it should hold: writes go to both. ``remote``: the table
+    reads its committed rows through the storage service."""
+
+    def __init__(self, schema: StateTableSchema, *, remote: bool = False) -> None:
         self.store = StateStore(None, StoreOptions())
         self.store.run_setup([schema.create_sql()])
-        self.table = StateTable(schema)
+        self._exit = contextlib.ExitStack()
+        reader = None
+        if remote:
+            self.service, reader = self._exit.enter_context(served(self.store))
+        self.table = StateTable(schema, reader)
         self.rows: dict[tuple[object, ...], Row] = {}
         self.epoch = 0
+
+    def close(self) -> None:
+        self._exit.close()
+        self.store.close()
 
     def key(self, row: Row) -> tuple[object, ...]:
         return tuple(row[i] for i in self.table.schema.pk)
@@ -125,6 +162,7 @@ step = st.one_of(
 )
 
 
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "served"])
 @pytest.mark.parametrize("schema", [BY_GROUP, BY_ID], ids=["group-prefix", "plain-column"])
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(steps=st.lists(step, max_size=25), nulls_equal=st.booleans())
@@ -139,12 +177,12 @@ step = st.one_of(
     nulls_equal=True,
 )
 def test_visible_rows_are_the_latest_written_version_of_each_key(
-    schema: StateTableSchema, steps: list[tuple[str, object]], nulls_equal: bool
+    schema: StateTableSchema, remote: bool, steps: list[tuple[str, object]], nulls_equal: bool
 ) -> None:
     """Whatever mix of committed, sealed and running epochs holds a key's versions, a
     read for some groups returns exactly each key's latest version, if present; also
     where an update moved a key to another group (``plain-column``)."""
-    m = Model(schema)
+    m = Model(schema, remote=remote)
     try:
         serial = 0
         for kind, arg in steps:
@@ -171,7 +209,7 @@ def test_visible_rows_are_the_latest_written_version_of_each_key(
         every = [None, 0, 1, 2, 3]
         assert m.read(every, nulls_equal=nulls_equal) == m.expected(every, nulls_equal=nulls_equal)
     finally:
-        m.store.close()
+        m.close()
 
 
 def test_a_table_not_committed_yet_is_read_from_its_overlays_alone() -> None:
@@ -199,10 +237,11 @@ def test_a_table_not_committed_yet_is_read_from_its_overlays_alone() -> None:
         store.close()
 
 
-def test_committed_matches_carry_the_probe_row_they_matched() -> None:
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "served"])
+def test_committed_matches_carry_the_probe_row_they_matched(remote: bool) -> None:
     """An aggregation loads uncached groups from the committed state by group key (NULL
     matching NULL) and needs to know which probe row each stored row answers."""
-    m = Model(BY_GROUP)
+    m = Model(BY_GROUP, remote=remote)
     try:
         m.upsert([(None, 1, "n"), (1, 2, "a"), (2, 3, "b")])
         m.seal()
@@ -210,13 +249,13 @@ def test_committed_matches_carry_the_probe_row_they_matched() -> None:
         probe = m.table.with_vnodes(
             pa.table({"g": pa.array([2, None, 7], pa.int32())})
         ).append_column("_i", pa.array([0, 1, 2], pa.int64()))
-        found = m.table.committed_matches(m.store.cursor(), probe, "s.id")
+        found = m.table.committed_matches(m.store.cursor(), probe, ["id"])
         assert sorted(zip(found.column("_i").to_pylist(), found.column("id").to_pylist())) == [
             (0, 3),
             (1, 1),
         ]
     finally:
-        m.store.close()
+        m.close()
 
 
 def test_registered_relations_are_gone_after_the_block_even_when_it_fails() -> None:
@@ -228,3 +267,86 @@ def test_registered_relations_are_gone_after_the_block_even_when_it_fails() -> N
         cur.sql(f"SELECT nope FROM {name}")
     with pytest.raises(duckdb.CatalogException):
         cur.sql(f"SELECT * FROM {name}")
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["in-process", "served"])
+def test_a_lookup_by_key_sees_overlays_first_then_committed_rows(remote: bool) -> None:
+    """Materialize and sources look rows up by key: the newest overlay's version, a key
+    deleted in an overlay found nowhere, the committed version otherwise (NULL keys too)."""
+    m = Model(BY_ID, remote=remote)
+    try:
+        m.upsert([(1, 1, "a"), (2, 2, "b"), (None, 3, "c")])
+        m.seal()
+        m.commit()
+        m.upsert([(5, 2, "b2")])
+        m.delete([(3,)])
+        keys = m.table.with_vnodes(pa.table({"id": pa.array([1, 2, 3, 4], pa.int32())}))
+        found = m.table.lookup(keys, m.table.overlay_layers(), m.store.cursor())
+        assert sorted(zip(*(found.column(c).to_pylist() for c in ("g", "id", "v")))) == [
+            (1, 1, "a"),
+            (5, 2, "b2"),
+        ]
+    finally:
+        m.close()
+
+
+def test_the_service_says_when_a_table_is_committed() -> None:
+    store = StateStore(None, StoreOptions())
+    try:
+        with served(store) as (_, client):
+            table = StateTable(BY_GROUP, client)
+            assert not table.exists(store.cursor())
+            store.run_setup([BY_GROUP.create_sql()])
+            assert table.exists(store.cursor())
+    finally:
+        store.close()
+
+
+def test_the_service_reads_for_its_token_only() -> None:
+    store = StateStore(None, StoreOptions())
+    try:
+        with served(store) as (service, client):
+            stranger = StateServiceClient(*client.address, token="not-" + service.token)
+            with pytest.raises(StateServiceError, match="invalid token"):
+                stranger.exists(BY_GROUP)
+            stranger.close()
+            assert service.requests == 0
+    finally:
+        store.close()
+
+
+def test_a_failed_read_is_reported_and_the_connection_serves_the_next() -> None:
+    store = StateStore(None, StoreOptions())
+    try:
+        with served(store) as (_, client):
+            probe = pa.table({"g": pa.array([1], pa.int32())})
+            with pytest.raises(StateServiceError, match="t11"):
+                client.matching(BY_GROUP, probe, ["g"], True)  # not created yet
+            store.run_setup([BY_GROUP.create_sql()])
+            assert client.matching(BY_GROUP, probe, ["g"], True).num_rows == 0
+    finally:
+        store.close()
+
+
+def test_threads_read_at_once_each_on_its_own_connection() -> None:
+    m = Model(BY_GROUP, remote=True)
+    try:
+        m.upsert([(g, i, f"v{g}.{i}") for g in range(4) for i in range(50)])
+        m.seal()
+        m.commit()
+        results: dict[int, int] = {}
+
+        def read(g: int) -> None:
+            for _ in range(20):
+                results[g] = len(m.read([g]))
+
+        threads = [threading.Thread(target=read, args=(g,)) for g in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert results == {0: 50, 1: 50, 2: 50, 3: 50}
+        assert len(m.table.reader._sockets) == 4  # type: ignore[union-attr]
+        assert m.service.requests >= 80
+    finally:
+        m.close()

@@ -262,7 +262,7 @@ class AggCore:
             for acc in self.accs:
                 acc.load(found, rows)
         for acc, table in zip(self.value_accs, self.value_tables):
-            acc.load_values(slots, table.committed_matches(cur, probe, 's.v, s."_count"'))
+            acc.load_values(slots, table.committed_matches(cur, probe, ["v", "_count"]))
 
     def flush(self) -> Output:
         """At a barrier: the epoch's output changes; state rows of touched groups."""

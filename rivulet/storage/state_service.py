@@ -1,0 +1,247 @@
+"""The storage service: the store's committed state, read by actors of other processes.
+
+The store (one DuckDB database, one writer) stays with meta. An actor on a compute node
+reads the committed rows of its state tables through this service, the shape in which
+``StateTable`` reads them itself in one process: a batch of probe keys in (Arrow), the
+matching rows out (Arrow). The actor lays its epochs' overlays on top as it always does.
+Writes do not come this way: an epoch's writes travel with its barrier to the commit.
+
+Wire (one request at a time per connection; a client keeps one connection per thread)::
+
+    request:  u32 header length | header (JSON) | u64 probe length | probe (Arrow IPC)
+    response: u8 status | u64 length | payload (Arrow IPC when OK, else the error text)
+
+The first request of a connection presents the service's token: only processes that
+were given it (the compute nodes meta started) read state. The server answers each
+request on a thread of its own small pool, with that thread's cursor of the store, so
+that reads neither block the event loop nor take the threads of user queries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import duckdb
+import pyarrow as pa
+
+from rivulet.storage.state_store import StateStore
+from rivulet.storage.state_table import (
+    StateTableSchema,
+    committed_joined_sql,
+    committed_matching_sql,
+    physical_name_of,
+    registered,
+    table_exists,
+)
+
+log = logging.getLogger(__name__)
+
+_HEADER_LEN = struct.Struct("!I")
+_PAYLOAD_LEN = struct.Struct("!Q")
+_STATUS = struct.Struct("!BQ")
+OK = 0
+FAILED = 1
+# Threads answering reads: a compute node's actors read a few batches at a time.
+SERVICE_THREADS = 4
+
+
+class StateServiceError(RuntimeError):
+    """The service could not answer a read (the store's error, or a refused token)."""
+
+
+def _ipc(table: pa.Table | None) -> bytes | pa.Buffer:
+    if table is None:
+        return b""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def _table(payload: bytes) -> pa.Table | None:
+    return pa.ipc.open_stream(payload).read_all() if payload else None
+
+
+# ------------------------------------------------------------------ server
+class StateService:
+    """Serves the committed state of ``store`` on a loopback port (``start``)."""
+
+    def __init__(self, store: StateStore, token: str | None = None) -> None:
+        self.store = store
+        self.token = token or secrets.token_hex(16)
+        self._pool = ThreadPoolExecutor(SERVICE_THREADS, thread_name_prefix="state-service")
+        self._server: asyncio.Server | None = None
+        self.requests = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        sockname = self._server.sockets[0].getsockname()
+        return str(sockname[0]), int(sockname[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        authenticated = False
+        try:
+            while True:
+                (n,) = _HEADER_LEN.unpack(await reader.readexactly(_HEADER_LEN.size))
+                header = json.loads(await reader.readexactly(n))
+                (m,) = _PAYLOAD_LEN.unpack(await reader.readexactly(_PAYLOAD_LEN.size))
+                payload = await reader.readexactly(m) if m else b""
+                if not authenticated:
+                    if not secrets.compare_digest(str(header.get("token", "")), self.token):
+                        writer.write(_STATUS.pack(FAILED, 13) + b"invalid token")
+                        await writer.drain()
+                        return
+                    authenticated = True
+                    writer.write(_STATUS.pack(OK, 0))
+                    await writer.drain()
+                    continue
+                try:
+                    answer = await loop.run_in_executor(self._pool, self._answer, header, payload)
+                except (duckdb.Error, KeyError, ValueError, pa.ArrowException) as exc:
+                    text = str(exc).encode()
+                    writer.write(_STATUS.pack(FAILED, len(text)) + text)
+                else:
+                    writer.write(_STATUS.pack(OK, len(answer)))
+                    writer.write(memoryview(answer))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def _answer(self, header: dict[str, object], payload: bytes) -> bytes | pa.Buffer:
+        """One read, on a service thread with its cursor of the store."""
+        self.requests += 1
+        cur = self.store.cursor()
+        op = header["op"]
+        table_id = header["table_id"]
+        assert isinstance(table_id, int)
+        if op == "exists":
+            return json.dumps(table_exists(cur, table_id)).encode()
+        probe = _table(payload)
+        on = header["on"]
+        assert isinstance(on, list)
+        physical = physical_name_of(table_id)
+        with registered(cur, *([] if probe is None else [probe])) as names:
+            name = names[0] if names else None
+            if op == "matching":
+                sql = committed_matching_sql(
+                    physical, name, on, nulls_equal=bool(header["nulls_equal"])
+                )
+            elif op == "joined" and name is not None:
+                columns = header["columns"]
+                assert columns is None or isinstance(columns, list)
+                sql = committed_joined_sql(physical, name, on, columns)
+            else:
+                raise ValueError(f"unknown state read {op!r}")
+            return _ipc(cur.sql(sql).to_arrow_table())
+
+
+# ------------------------------------------------------------------ client
+class StateServiceClient:
+    """A ``CommittedReader`` served by a ``StateService``: blocking, one connection per
+    thread that reads (actors read on query threads)."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.address = (host, port)
+        self.token = token
+        self._local = threading.local()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def matching(
+        self,
+        schema: StateTableSchema,
+        probe: pa.Table | None,
+        on: Sequence[str],
+        nulls_equal: bool,
+    ) -> pa.Table:
+        header = {
+            "op": "matching",
+            "table_id": schema.table_id,
+            "on": list(on),
+            "nulls_equal": nulls_equal,
+        }
+        return self._read(header, probe)
+
+    def joined(
+        self,
+        schema: StateTableSchema,
+        probe: pa.Table,
+        on: Sequence[str],
+        columns: Sequence[str] | None,
+    ) -> pa.Table:
+        header = {
+            "op": "joined",
+            "table_id": schema.table_id,
+            "on": list(on),
+            "columns": None if columns is None else list(columns),
+        }
+        return self._read(header, probe)
+
+    def exists(self, schema: StateTableSchema) -> bool:
+        return bool(json.loads(self._call({"op": "exists", "table_id": schema.table_id}, None)))
+
+    def close(self) -> None:
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self._sockets.clear()
+
+    def _read(self, header: dict[str, object], probe: pa.Table | None) -> pa.Table:
+        table = _table(self._call(header, probe))
+        assert table is not None
+        return table
+
+    def _call(self, header: dict[str, object], probe: pa.Table | None) -> bytes:
+        sock = getattr(self._local, "socket", None)
+        if sock is None:
+            sock = socket.create_connection(self.address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._exchange(sock, {"token": self.token}, None)
+            self._local.socket = sock
+            with self._lock:
+                self._sockets.append(sock)
+        return self._exchange(sock, header, probe)
+
+    @staticmethod
+    def _exchange(sock: socket.socket, header: dict[str, object], probe: pa.Table | None) -> bytes:
+        head = json.dumps(header).encode()
+        body = _ipc(probe)
+        sock.sendall(_HEADER_LEN.pack(len(head)) + head + _PAYLOAD_LEN.pack(len(body)))
+        if len(body):
+            sock.sendall(memoryview(body))
+        status, n = _STATUS.unpack(_recv_exactly(sock, _STATUS.size))
+        payload = _recv_exactly(sock, n)
+        if status != OK:
+            raise StateServiceError(payload.decode(errors="replace"))
+        return payload
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise ConnectionError("the state service closed the connection")
+        got += k
+    return bytes(buf)
