@@ -46,6 +46,7 @@ def connect(
     slots: int | None = None,
     barrier_interval_ms: int | None = None,
     deterministic: bool = False,
+    state_reads: str = "local",
 ) -> Connection:
     """Open a connection: in memory when ``path`` is None or ":memory:", else to a data
     directory.
@@ -53,7 +54,9 @@ def connect(
     ``workers``/``slots``: the compute layout (default: one worker, a slot per core).
     ``barrier_interval_ms``: overrides the stored system parameter for this run.
     ``deterministic``: barriers only when statements ask for them and no worker threads,
-    so that a run replays exactly (tests). The options apply when the engine opens; a
+    so that a run replays exactly (tests). ``state_reads="served"``: actors read their
+    committed state through the storage service over a loopback socket, as actors in
+    other processes do, not from the store directly. The options apply when the engine opens; a
     second connection to an open directory shares its engine as it is.
     """
     options = EngineOptions(
@@ -61,6 +64,7 @@ def connect(
         slots=slots,
         barrier_interval_ms=barrier_interval_ms,
         deterministic=deterministic,
+        state_reads=state_reads,
     )
     if path is None or str(path) == ":memory:":  # ":memory:" as sqlite3 and DuckDB take it
         thread = EngineThread(Engine(None, options))

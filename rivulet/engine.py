@@ -35,6 +35,7 @@ from rivulet.sql.planner.table import table_plan
 from rivulet.sql.query_pool import QueryPool
 from rivulet.sql.session import Session
 from rivulet.sql.system_catalog import SystemCatalog
+from rivulet.storage.state_service import StateServiceThread
 from rivulet.storage.state_store import StateStore, StoreOptions, damaged_error, duckdb_text
 from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.plan import MaterializeNode, PlanNode
@@ -58,6 +59,9 @@ class EngineOptions:
     # None: the stored system parameter (default 1000); a number overrides it for this run.
     barrier_interval_ms: int | None = None
     deterministic: bool = False
+    # "served": actors read committed state through the storage service over loopback,
+    # the path of actors in other processes, instead of from the store's DuckDB.
+    state_reads: str = "local"
 
 
 class EngineServices:
@@ -68,6 +72,7 @@ class EngineServices:
         self.barrier_sink = engine.barrier
         self.row_errors = engine.row_errors
         self.backfill = engine.backfill
+        self.committed_reader = engine.state_service.client if engine.state_service else None
         self._engine = engine
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
@@ -103,8 +108,13 @@ class Engine:
     ) -> None:
         self.path = path
         self.options = options = options or EngineOptions()
+        if options.state_reads not in ("local", "served"):
+            raise ValueError(
+                f"state_reads must be 'local' or 'served', not {options.state_reads!r}"
+            )
         opened = time.monotonic()
         self.store = StateStore(path, options.store)
+        self.state_service: StateServiceThread | None = None
         # A store that committed before: starting is a recovery from its last checkpoint.
         self._restart_since = opened if self.store.committed_epoch > 0 else None
         try:
@@ -131,6 +141,9 @@ class Engine:
             )
             # Backfill progress reports and rate limits (before the runtime: its services).
             self.backfill = BackfillProgress()
+            if options.state_reads == "served":
+                self.state_service = StateServiceThread(self.store)
+                self.state_service.start()
             self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(
                 self.catalog,
@@ -164,13 +177,13 @@ class Engine:
                 "BOOLEAN",
             )
         except duckdb.Error as exc:
-            self.store.close()
+            self._close_store()
             if self.store.directory is None:
                 raise
             # The store opened but its catalog cannot be read: damaged, never reset.
             raise damaged_error(self.store.path, duckdb_text(exc)) from None
         except BaseException:
-            self.store.close()
+            self._close_store()
             raise
         self.closed = False
         self.started = False
@@ -358,6 +371,11 @@ class Engine:
                 deadline is None or deadline - time.monotonic() > 1.0
             ):
                 self.store.checkpoint()
+        self._close_store()
+
+    def _close_store(self) -> None:
+        if self.state_service is not None:
+            self.state_service.close()
         self.store.close()
 
 

@@ -245,3 +245,34 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError("the state service closed the connection")
         got += k
     return bytes(buf)
+
+
+class StateServiceThread:
+    """A ``StateService`` run by a thread and event loop of its own: reads are answered
+    even while the loop of the process that asks is busy with the work waiting for them
+    (a deterministic engine runs its DuckDB work on its loop)."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.service = StateService(store)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="state-service-loop", daemon=True
+        )
+        self.client: StateServiceClient | None = None
+
+    def start(self) -> StateServiceClient:
+        """Serve on a loopback port; a client of the service (closed by ``close``)."""
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(self.service.start(), self._loop)
+        host, port = future.result(10)
+        self.client = StateServiceClient(host, port, self.service.token)
+        return self.client
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self._thread.is_alive():
+            asyncio.run_coroutine_threadsafe(self.service.close(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+        self._loop.close()

@@ -11,7 +11,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rivulet.common.intervals import interval_micros
-from rivulet.storage.state_table import StateTable
 from rivulet.stream.connectors import ColumnSpec, open_connector
 from rivulet.stream.exchange import Channel
 from rivulet.stream.executor import ActorContext, Executor
@@ -108,10 +107,10 @@ def _scan(
     upstream = MergeExecutor(ctx, node.schema, leaves.channels[node.upstream_fragment_id])
     if node.scan_type in ("upstream_only", REBUILT_SCAN_TYPE) or node.progress_table is None:
         return StreamScanExecutor(ctx, node.schema, upstream, node.columns)
-    log = StateTable(node.log_table) if node.log_table is not None else None
+    log = ctx.state_table(node.log_table) if node.log_table is not None else None
     return BackfillExecutor(
         ctx, node.schema, upstream, node.state_schema, node.columns, leaves.wait_committed,
-        scan_type=node.scan_type, progress=StateTable(node.progress_table), log=log,
+        scan_type=node.scan_type, progress=ctx.state_table(node.progress_table), log=log,
         rebuilt=leaves.rebuilt,
     )  # fmt: skip
 
@@ -138,7 +137,7 @@ def _materialize(
 ) -> Executor:
     assert isinstance(node, MaterializeNode) and node.state_schema is not None
     return MaterializeExecutor(
-        ctx, node.schema, inputs[0], StateTable(node.state_schema), conflict=node.conflict,
+        ctx, node.schema, inputs[0], ctx.state_table(node.state_schema), conflict=node.conflict,
         fresh_inserts=node.fresh_inserts,
     )  # fmt: skip
 
@@ -153,7 +152,7 @@ def _hash_join(
         ctx, node.schema, inputs[0], inputs[1], kind=node.kind,
         left_key=node.left_key, right_key=node.right_key,
         left_stream_key=left.stream_key, right_stream_key=right.stream_key,
-        left_state=StateTable(node.state_tables[0]), right_state=StateTable(node.state_tables[1]),
+        left_state=ctx.state_table(node.state_tables[0]), right_state=ctx.state_table(node.state_tables[1]),
         condition=node.condition,
     )  # fmt: skip
 
@@ -167,7 +166,7 @@ def _source(
     columns = [ColumnSpec(f.name, f.type) for f in node.schema]
     return SourceExecutor(
         ctx, node.schema, leaves.inbox, open_connector(node.connector, node.options, columns),
-        StateTable(node.state_schema), leaves.wait_committed,
+        ctx.state_table(node.state_schema), leaves.wait_committed,
     )  # fmt: skip
 
 
@@ -179,7 +178,7 @@ def _top_n(
     if node.with_ties:
         raise NotImplementedError("ORDER BY ... LIMIT ... WITH TIES")
     return TopNExecutor(
-        ctx, node.schema, inputs[0], StateTable(node.state_tables[0]),
+        ctx, node.schema, inputs[0], ctx.state_table(node.state_tables[0]),
         node.order, node.limit, node.offset, node.group_key,
         append_only=node.inputs[0].append_only, rank_output=node.rank_output,
         wait_committed=leaves.wait_committed,
@@ -192,7 +191,7 @@ def _over_window(
 ) -> Executor:
     assert isinstance(node, OverWindowNode) and len(node.state_tables) == 1
     return OverWindowExecutor(
-        ctx, node.schema, inputs[0], StateTable(node.state_tables[0]),
+        ctx, node.schema, inputs[0], ctx.state_table(node.state_tables[0]),
         node.partition, node.calls, leaves.wait_committed,
     )  # fmt: skip
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from rivulet.common.types import DataType, arrow_type_of
 from rivulet.storage.state_store import StateStore
-from rivulet.storage.state_table import MemTable, StateTable
+from rivulet.storage.state_table import CommittedReader, MemTable, StateTable, StateTableSchema
 from rivulet.stream.expression import RowErrors
 from rivulet.stream.inbox import Inbox
 from rivulet.stream.message import Barrier, Message
@@ -98,6 +98,10 @@ class StreamServices(Protocol):
     def row_errors(self) -> RowErrorLog: ...
     @property
     def backfill(self) -> BackfillTracker: ...
+    @property
+    def committed_reader(self) -> CommittedReader | None:
+        """Where state tables read committed rows; None: from ``store`` directly."""
+        ...
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T: ...
 
@@ -111,6 +115,11 @@ class ActorContext:
     job_id: int
     vnodes: np.ndarray  # bool[256]: the vnodes this actor owns
     services: StreamServices
+
+    def state_table(self, schema: StateTableSchema) -> StateTable:
+        """One of this actor's state tables, reading committed rows where the services
+        say (the store in this process, or the storage service)."""
+        return StateTable(schema, self.services.committed_reader)
 
     def report_row_errors(self, operator: str, errors: RowErrors | None) -> None:
         """Rows whose expressions failed in ``operator`` (they got NULL instead); safe to

@@ -11,7 +11,6 @@ as an actor on a compute node reads them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 from collections.abc import Iterator
@@ -26,7 +25,12 @@ from hypothesis import strategies as st
 
 from rivulet.common.chunk import Op, StreamChunk
 from rivulet.common.types import INTEGER, VARCHAR
-from rivulet.storage.state_service import StateService, StateServiceClient, StateServiceError
+from rivulet.storage.state_service import (
+    StateService,
+    StateServiceClient,
+    StateServiceError,
+    StateServiceThread,
+)
 from rivulet.storage.state_store import StateStore, StoreOptions
 from rivulet.storage.state_table import StateTable, StateTableSchema, registered
 
@@ -55,22 +59,13 @@ def rows_table(table: StateTable, rows: list[Row]) -> pa.Table:
 
 @contextlib.contextmanager
 def served(store: StateStore) -> Iterator[tuple[StateService, StateServiceClient]]:
-    """``store``'s committed state served on a loopback port by a loop of its own (as
-    meta serves it), and a client of it."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    service = StateService(store)
-    host, port = asyncio.run_coroutine_threadsafe(service.start(), loop).result(10)
-    client = StateServiceClient(host, port, service.token)
+    """``store``'s committed state served on a loopback port (as meta serves it to the
+    compute nodes), and a client of it."""
+    served = StateServiceThread(store)
     try:
-        yield service, client
+        yield served.service, served.start()
     finally:
-        client.close()
-        asyncio.run_coroutine_threadsafe(service.close(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+        served.close()
 
 
 class Model:

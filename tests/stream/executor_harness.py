@@ -40,7 +40,13 @@ import pyarrow as pa
 from rivulet.common.chunk import Op, StreamChunk
 from rivulet.common.types import DataType
 from rivulet.storage.state_store import StateStore, StoreOptions
-from rivulet.storage.state_table import MemTable, StateTable, StateTableSchema, flush_sealed
+from rivulet.storage.state_table import (
+    CommittedReader,
+    MemTable,
+    StateTable,
+    StateTableSchema,
+    flush_sealed,
+)
 from rivulet.stream.executor import ActorContext, BackfillTracker, Executor, Field, Schema
 from rivulet.stream.expression import ExprSet
 from rivulet.stream.inbox import Inbox
@@ -270,6 +276,7 @@ class Harness:
     )
     row_errors: RowErrorLog = field(default_factory=RowErrorLog)
     backfill: BackfillTracker = None  # type: ignore[assignment]  # no backfill here
+    committed_reader: CommittedReader | None = None  # committed rows from ``store``
     committed: int = 0
     # Sealed memtables of epochs not yet committed, by epoch.
     sealed: dict[int, list[tuple[StateTable, MemTable]]] = field(default_factory=dict)

@@ -332,11 +332,18 @@ class OracleMachine(RuleBasedStateMachine):
     workers = 1
     slots = 1
     parallelisms: tuple[str, ...] = ("default",)
+    # "served": every actor reads its committed state through the storage service.
+    state_reads = "local"
     prelude = True  # run PRELUDE after the setup
 
     def __init__(self) -> None:
         super().__init__()
-        self.con = rivulet.connect(workers=self.workers, slots=self.slots, deterministic=True)
+        self.con = rivulet.connect(
+            workers=self.workers,
+            slots=self.slots,
+            deterministic=True,
+            state_reads=self.state_reads,
+        )
         self.cur = self.con.cursor()
         self.oracle = Oracle()
         self.live: list[str] = []  # MVs that exist, in creation order
@@ -527,6 +534,12 @@ class Parallelism3(OracleMachine):
     parallelisms = ("adaptive", "1", "2")
 
 
+class ServedParallelism3(Parallelism3):
+    """Parallelism3 with committed state served over a socket, as to compute nodes."""
+
+    state_reads = "served"
+
+
 class LongParallelism1(Parallelism1):
     prelude = False
 
@@ -551,7 +564,9 @@ _LONG = settings(
 )
 
 
-@pytest.mark.parametrize("machine", [Parallelism1, Parallelism3], ids=["p1", "p3"])
+@pytest.mark.parametrize(
+    "machine", [Parallelism1, Parallelism3, ServedParallelism3], ids=["p1", "p3", "p3-served"]
+)
 def test_every_shape_matches_the_oracle(machine: type[OracleMachine]) -> None:
     run_state_machine_as_test(machine, settings=_FIXED)
 

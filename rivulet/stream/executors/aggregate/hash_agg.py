@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from rivulet.common.chunk import StreamChunk
-from rivulet.storage.state_table import StateTable
 from rivulet.stream.executor import ActorContext, Executor
 from rivulet.stream.executors.aggregate.core import AggCore
 from rivulet.stream.message import Message
@@ -40,7 +39,7 @@ class HashAggExecutor(Executor):
         super().__init__(ctx, node.schema)
         self.input = input
         self.wait_committed = wait_committed
-        self.state_tables = [StateTable(s) for s in node.state_tables]
+        self.state_tables = [ctx.state_table(s) for s in node.state_tables]
         upstream = node.inputs[0]
         self.core = AggCore(
             upstream.schema,
