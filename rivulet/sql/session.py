@@ -2,8 +2,8 @@
 
 ``execute`` parses a query string into statements and runs each through the handler for
 its kind (``sql/handlers``, handed in as ``StatementHandlers`` by whoever opens sessions:
-the handlers name the session, so the session does not import them). Both faces - the embedded DB-API and the pgwire server - drive
-sessions the same way.
+the handlers name the session, so the session does not import them). Both faces - the
+embedded DB-API and the pgwire server - drive sessions the same way.
 """
 
 from __future__ import annotations
