@@ -231,7 +231,7 @@ class StateTable:
 
     def __init__(self, schema: StateTableSchema, reader: CommittedReader | None = None) -> None:
         self.schema = schema
-        # None: committed rows are read from the DuckDB cursor a reader passes in.
+        # None: committed rows come from the DuckDB cursor each read is given.
         self.reader = reader
         self._current = MemTable()
         # Sealed memtables awaiting their checkpoint's commit, oldest first.
