@@ -62,7 +62,7 @@ def _localized(node: exp.Expr, zone: exp.Expr) -> exp.Expr | None:
             return _either(x, exp.Cast(this=wall, to=to.copy()), exp.Cast(this=x, to=to))
         return None
     if isinstance(node, exp.Extract):
-        field = node.this.name.lower() if isinstance(node.this, exp.Expression) else ""
+        field = node.this.name.lower() if isinstance(node.this, exp.Expr) else ""
         x = node.expression
         if field == "epoch" or x is None:
             return None

@@ -66,7 +66,7 @@ class CallBinding:
             )
         if type(node) in SESSION_NODE_NAMES:
             args = node.expressions or (
-                [node.this] if isinstance(node.this, exp.Expression) else []
+                [node.this] if isinstance(node.this, exp.Expr) else []
             )  # current_schemas(true) keeps its argument in "this"
             return self._session_function(SESSION_NODE_NAMES[type(node)], args)
         if isinstance(node, exp.Cast) and (literal := _bytea_literal(node)) is not None:

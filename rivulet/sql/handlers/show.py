@@ -66,7 +66,7 @@ def _objects(
 async def handle_show(session: Session, stmt: Statement, params: list[object]) -> StatementResult:
     ast = stmt.ast
     assert isinstance(ast, ShowStatement)
-    what: str = ast.name if isinstance(ast.this, exp.Expression) else ast.args["this"]
+    what: str = ast.name if isinstance(ast.this, exp.Expr) else ast.args["this"]
     from_ = ast.args.get("from_")
     like = ast.args.get("like")
     if what == "tables":

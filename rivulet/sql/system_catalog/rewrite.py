@@ -477,7 +477,7 @@ def _name_reg_outputs(ast: exp.Expr, ctx: SessionView) -> None:
         changed = False
         for e in select.expressions:
             target = e.this if isinstance(e, exp.Alias) else e
-            kind = target.meta.get(_REG_KIND) if isinstance(target, exp.Expression) else None
+            kind = target.meta.get(_REG_KIND) if isinstance(target, exp.Expr) else None
             if kind and kind != "regproc":
                 out = _reg_out(kind, target.copy(), ctx)
                 if isinstance(e, exp.Alias):
