@@ -6,8 +6,10 @@ connection; a lost connection fails the reader instead of leaving it waiting."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 
 import duckdb
 import numpy as np
@@ -81,7 +83,9 @@ def test_a_barrier_with_dispatchers_is_refused_not_half_sent() -> None:
         encode_barrier(Barrier(3, mutation=AddOutputs({1: [object()]})))
 
 
-async def _pair() -> tuple[ExchangeConnection, ExchangeConnection, asyncio.Server]:
+@contextlib.asynccontextmanager
+async def connected() -> AsyncIterator[tuple[ExchangeConnection, ExchangeConnection]]:
+    """Two ends of one loopback connection, closed (with the listener) afterwards."""
     accepted: asyncio.Future[ExchangeConnection] = asyncio.get_running_loop().create_future()
 
     async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -90,7 +94,13 @@ async def _pair() -> tuple[ExchangeConnection, ExchangeConnection, asyncio.Serve
     server = await asyncio.start_server(on_client, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    return ExchangeConnection(reader, writer), await accepted, server
+    a, b = ExchangeConnection(reader, writer), await accepted
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+        server.close()
 
 
 def _ints(start: int, n: int) -> StreamChunk:
@@ -106,155 +116,137 @@ async def _drain(channel, count: int) -> list:
 
 def test_interleaved_channels_each_arrive_in_order_over_one_socket() -> None:
     async def main() -> None:
-        a, b, server = await _pair()
-        outs = [a.open_outbound(c) for c in (1, 2, 3)]
-        # Channel 3 is opened on the receiving side only after its first frames arrived.
-        ins = {c: b.open_inbound(c) for c in (1, 2)}
-        sent: dict[int, list] = {1: [], 2: [], 3: []}
-        for epoch in range(1, 6):
-            for i, out in enumerate(outs):
-                chunk = _ints(epoch * 100 + i * 10, 3)
-                await out.send(chunk)
-                sent[i + 1].append(chunk)
-            for i, out in enumerate(outs):
-                barrier = Barrier(epoch)
-                await out.send(barrier)
-                sent[i + 1].append(barrier)
-        await asyncio.sleep(0.05)
-        ins[3] = b.open_inbound(3)
-        for c, channel in ins.items():
-            got = await _drain(channel, len(sent[c]))
-            for want, have in zip(sent[c], got):
-                if isinstance(want, Barrier):
-                    assert have == want
-                else:
-                    assert have.data.equals(want.data)
-            assert channel.try_recv() is None
-        await a.close()
-        await b.close()
-        server.close()
+        async with connected() as (a, b):
+            outs = [a.open_outbound(c) for c in (1, 2, 3)]
+            # Channel 3 is opened on the receiving side only after its first frames arrived.
+            ins = {c: b.open_inbound(c) for c in (1, 2)}
+            sent: dict[int, list] = {1: [], 2: [], 3: []}
+            for epoch in range(1, 6):
+                for i, out in enumerate(outs):
+                    chunk = _ints(epoch * 100 + i * 10, 3)
+                    await out.send(chunk)
+                    sent[i + 1].append(chunk)
+                for i, out in enumerate(outs):
+                    barrier = Barrier(epoch)
+                    await out.send(barrier)
+                    sent[i + 1].append(barrier)
+            await asyncio.sleep(0.05)
+            ins[3] = b.open_inbound(3)
+            for c, channel in ins.items():
+                got = await _drain(channel, len(sent[c]))
+                for want, have in zip(sent[c], got):
+                    if isinstance(want, Barrier):
+                        assert have == want
+                    else:
+                        assert have.data.equals(want.data)
+                assert channel.try_recv() is None
 
     asyncio.run(main())
 
 
 def test_a_sender_waits_at_capacity_until_the_receiving_actor_takes_rows() -> None:
     async def main() -> None:
-        a, b, server = await _pair()
-        out = a.open_outbound(1, capacity_rows=100)
-        inbound = b.open_inbound(1)
-        sent = 0
+        async with connected() as (a, b):
+            out = a.open_outbound(1, capacity_rows=100)
+            inbound = b.open_inbound(1)
+            sent = 0
 
-        async def produce() -> None:
-            nonlocal sent
-            for i in range(10):
-                await out.send(_ints(i * 40, 40))
-                sent += 1
+            async def produce() -> None:
+                nonlocal sent
+                for i in range(10):
+                    await out.send(_ints(i * 40, 40))
+                    sent += 1
 
-        producer = asyncio.create_task(produce())
-        await asyncio.sleep(0.1)
-        # 40 + 40 rows fit in 100; the third chunk waits for credit.
-        assert sent == 2 and out.outstanding == 80
-        assert not producer.done()
-        first = await inbound.recv()
-        assert first.num_rows == 40
-        await asyncio.sleep(0.05)
-        assert sent == 3 and out.outstanding == 80
-        got = [first] + await _drain(inbound, 9)
-        await producer
-        values = np.concatenate([c.data.column("v").to_numpy() for c in got])
-        np.testing.assert_array_equal(values, np.arange(400))
-        await asyncio.sleep(0.05)
-        assert out.outstanding == 0
-        await a.close()
-        await b.close()
-        server.close()
+            producer = asyncio.create_task(produce())
+            await asyncio.sleep(0.1)
+            # 40 + 40 rows fit in 100; the third chunk waits for credit.
+            assert sent == 2 and out.outstanding == 80
+            assert not producer.done()
+            first = await inbound.recv()
+            assert first.num_rows == 40
+            await asyncio.sleep(0.05)
+            assert sent == 3 and out.outstanding == 80
+            got = [first] + await _drain(inbound, 9)
+            await producer
+            values = np.concatenate([c.data.column("v").to_numpy() for c in got])
+            np.testing.assert_array_equal(values, np.arange(400))
+            await asyncio.sleep(0.05)
+            assert out.outstanding == 0
 
     asyncio.run(main())
 
 
 def test_a_chunk_larger_than_the_capacity_goes_alone() -> None:
     async def main() -> None:
-        a, b, server = await _pair()
-        out = a.open_outbound(1, capacity_rows=10)
-        inbound = b.open_inbound(1)
-        await asyncio.wait_for(out.send(_ints(0, 1000)), 1)
-        second = asyncio.create_task(out.send(_ints(1000, 1)))
-        await asyncio.sleep(0.05)
-        assert not second.done()
-        assert (await inbound.recv()).num_rows == 1000
-        await asyncio.wait_for(second, 1)
-        assert (await inbound.recv()).num_rows == 1
-        await a.close()
-        await b.close()
-        server.close()
+        async with connected() as (a, b):
+            out = a.open_outbound(1, capacity_rows=10)
+            inbound = b.open_inbound(1)
+            await asyncio.wait_for(out.send(_ints(0, 1000)), 1)
+            second = asyncio.create_task(out.send(_ints(1000, 1)))
+            await asyncio.sleep(0.05)
+            assert not second.done()
+            assert (await inbound.recv()).num_rows == 1000
+            await asyncio.wait_for(second, 1)
+            assert (await inbound.recv()).num_rows == 1
 
     asyncio.run(main())
 
 
 def test_a_full_channel_does_not_hold_up_another_on_the_same_connection() -> None:
     async def main() -> None:
-        a, b, server = await _pair()
-        slow = a.open_outbound(1, capacity_rows=50)
-        fast = a.open_outbound(2, capacity_rows=50)
-        b.open_inbound(1)  # never read
-        fast_in = b.open_inbound(2)
-        await slow.send(_ints(0, 50))
-        blocked = asyncio.create_task(slow.send(_ints(50, 50)))
-        for i in range(20):
-            await asyncio.wait_for(fast.send(_ints(i * 50, 50)), 1)
-            assert (await asyncio.wait_for(fast_in.recv(), 1)).num_rows == 50
-        assert not blocked.done()
-        blocked.cancel()
-        await a.close()
-        await b.close()
-        server.close()
+        async with connected() as (a, b):
+            slow = a.open_outbound(1, capacity_rows=50)
+            fast = a.open_outbound(2, capacity_rows=50)
+            b.open_inbound(1)  # never read
+            fast_in = b.open_inbound(2)
+            await slow.send(_ints(0, 50))
+            blocked = asyncio.create_task(slow.send(_ints(50, 50)))
+            for i in range(20):
+                await asyncio.wait_for(fast.send(_ints(i * 50, 50)), 1)
+                assert (await asyncio.wait_for(fast_in.recv(), 1)).num_rows == 50
+            assert not blocked.done()
+            blocked.cancel()
 
     asyncio.run(main())
 
 
 def test_barriers_align_across_remote_and_local_inputs() -> None:
     async def main() -> None:
-        a, b, server = await _pair()
-        outs = [a.open_outbound(c) for c in (1, 2)]
-        ins = [b.open_inbound(c) for c in (1, 2)]
-        for epoch in (1, 2):
-            for i, out in enumerate(outs):
-                await out.send(_ints(epoch * 10 + i, 1))
-                await out.send(Barrier(epoch))
-        stream = align_channels(99, ins)
-        seen = []
-        while len([m for m in seen if isinstance(m, Barrier)]) < 2:
-            seen.append(await asyncio.wait_for(anext(stream), 1))
-        kinds = ["B" if isinstance(m, Barrier) else m.data.column("v")[0].as_py() for m in seen]
-        assert kinds == [10, 11, "B", 20, 21, "B"]
-        await stream.aclose()
-        await a.close()
-        await b.close()
-        server.close()
+        async with connected() as (a, b):
+            outs = [a.open_outbound(c) for c in (1, 2)]
+            ins = [b.open_inbound(c) for c in (1, 2)]
+            for epoch in (1, 2):
+                for i, out in enumerate(outs):
+                    await out.send(_ints(epoch * 10 + i, 1))
+                    await out.send(Barrier(epoch))
+            stream = align_channels(99, ins)
+            seen = []
+            while len([m for m in seen if isinstance(m, Barrier)]) < 2:
+                seen.append(await asyncio.wait_for(anext(stream), 1))
+            kinds = ["B" if isinstance(m, Barrier) else m.data.column("v")[0].as_py() for m in seen]
+            assert kinds == [10, 11, "B", 20, 21, "B"]
+            await stream.aclose()
 
     asyncio.run(main())
 
 
 def test_a_lost_connection_fails_the_reader_after_what_arrived_and_the_sender() -> None:
     async def main() -> None:
-        a, b, server = await _pair()
-        out = a.open_outbound(1, capacity_rows=10)
-        inbound = b.open_inbound(1)
-        await out.send(_ints(0, 10))
-        await out.send(Barrier(1))
-        waiting = asyncio.create_task(out.send(_ints(10, 10)))  # waits for credit
-        await asyncio.sleep(0.05)
-        b.writer.transport.abort()  # the receiving node dies
-        with pytest.raises(ConnectionError):
-            await asyncio.wait_for(waiting, 2)
-        # What had arrived is still read in order; then the reader fails.
-        assert (await inbound.recv()).num_rows == 10
-        assert await inbound.recv() == Barrier(1)
-        with pytest.raises(ConnectionError, match="connection was lost"):
-            await asyncio.wait_for(inbound.recv(), 2)
-        await a.close()
-        await b.close()
-        server.close()
+        async with connected() as (a, b):
+            out = a.open_outbound(1, capacity_rows=10)
+            inbound = b.open_inbound(1)
+            await out.send(_ints(0, 10))
+            await out.send(Barrier(1))
+            waiting = asyncio.create_task(out.send(_ints(10, 10)))  # waits for credit
+            await asyncio.sleep(0.05)
+            b.writer.transport.abort()  # the receiving node dies
+            with pytest.raises(ConnectionError):
+                await asyncio.wait_for(waiting, 2)
+            # What had arrived is still read in order; then the reader fails.
+            assert (await inbound.recv()).num_rows == 10
+            assert await inbound.recv() == Barrier(1)
+            with pytest.raises(ConnectionError, match="connection was lost"):
+                await asyncio.wait_for(inbound.recv(), 2)
 
     asyncio.run(main())
 
