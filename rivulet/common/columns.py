@@ -101,3 +101,15 @@ def concat_state(parts: list[object]) -> object:
     if isinstance(parts[0], pl.Series):
         return pl.concat(parts) if len(parts) > 1 else parts[0]
     return np.concatenate(parts) if len(parts) > 1 else parts[0]  # type: ignore[arg-type]
+
+
+def to_ipc(table: pa.Table) -> pa.Buffer:
+    """``table`` as one Arrow IPC stream (schema and batches): how tables cross processes."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue()
+
+
+def from_ipc(payload: bytes | pa.Buffer) -> pa.Table:
+    return pa.ipc.open_stream(payload).read_all()

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 import duckdb
 import pyarrow as pa
 
+from rivulet.common.columns import from_ipc, to_ipc
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import (
     StateTableSchema,
@@ -59,16 +60,11 @@ class StateServiceError(RuntimeError):
 
 
 def _ipc(table: pa.Table | None) -> bytes | pa.Buffer:
-    if table is None:
-        return b""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
+    return b"" if table is None else to_ipc(table)
 
 
 def _table(payload: bytes) -> pa.Table | None:
-    return pa.ipc.open_stream(payload).read_all() if payload else None
+    return from_ipc(payload) if payload else None
 
 
 # ------------------------------------------------------------------ server

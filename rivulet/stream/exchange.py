@@ -46,7 +46,12 @@ class Channel:
             while self._rows and self._rows + rows > self.capacity_rows:
                 self._writable.clear()
                 await self._writable.wait()
-            self._rows += rows
+        self._enqueue(msg)
+
+    def _enqueue(self, msg: Message) -> None:
+        """Queue ``msg`` now (its rows counted) and wake the reader."""
+        if isinstance(msg, StreamChunk):
+            self._rows += msg.num_rows
         self._items.append(msg)
         self._readable.set()
         if self.listener is not None:

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from rivulet.common.chunk import OP_COLUMN, StreamChunk
+from rivulet.common.columns import from_ipc, to_ipc
 from rivulet.stream.exchange import CHANNEL_ROWS, Channel
 from rivulet.stream.message import Barrier, Message, Mutation, StopActors
 
@@ -46,15 +47,11 @@ _COUNT = struct.Struct("!Q")
 # ------------------------------------------------------------------ encoding
 def encode_chunk(chunk: StreamChunk) -> pa.Buffer:
     """A chunk as one Arrow IPC stream: its columns and the ops as ``__op``."""
-    table = chunk.data.append_column(OP_COLUMN, pa.array(chunk.ops, pa.int8()))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
+    return to_ipc(chunk.data.append_column(OP_COLUMN, pa.array(chunk.ops, pa.int8())))
 
 
 def decode_chunk(payload: bytes | pa.Buffer) -> StreamChunk:
-    table = pa.ipc.open_stream(payload).read_all()
+    table = from_ipc(payload)
     index = table.schema.get_field_index(OP_COLUMN)
     ops = table.column(index).to_numpy().astype(np.int8, copy=False)
     return StreamChunk(table.remove_column(index), ops)
@@ -106,12 +103,7 @@ class InboundChannel(Channel):
         self.failure: BaseException | None = None
 
     def deliver(self, msg: Message) -> None:
-        if isinstance(msg, StreamChunk):
-            self._rows += msg.num_rows
-        self._items.append(msg)
-        self._readable.set()
-        if self.listener is not None:
-            self.listener.set()
+        self._enqueue(msg)
 
     def fail(self, error: BaseException) -> None:
         self.failure = error
