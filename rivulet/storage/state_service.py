@@ -20,7 +20,9 @@ that reads neither block the event loop nor take the threads of user queries.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
 import json
 import logging
 import secrets
@@ -36,10 +38,10 @@ import pyarrow as pa
 from rivulet.common.columns import from_ipc, to_ipc
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import (
+    PositionedScan,
     StateTableSchema,
     committed_joined_sql,
     committed_matching_sql,
-    physical_name_of,
     registered,
     table_exists,
 )
@@ -67,16 +69,107 @@ def _table(payload: bytes) -> pa.Table | None:
     return from_ipc(payload) if payload else None
 
 
+# ------------------------------------------------------------------ the reads
+class StoreReader:
+    """The committed reads, answered from the store in this process: what the service
+    answers for other processes, and what an actor here uses where it reads through a
+    ``CommittedReader``. Blocking; each thread reads with its own cursor of the store."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        # Open read transactions by handle: a cursor each, and a lock held while it reads
+        # (one statement at a time on a cursor).
+        self._snapshots: dict[int, tuple[duckdb.DuckDBPyConnection, threading.Lock]] = {}
+        self._handles = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def matching(
+        self,
+        schema: StateTableSchema,
+        probe: pa.Table | None,
+        on: Sequence[str],
+        nulls_equal: bool,
+    ) -> pa.Table:
+        cur = self.store.cursor()
+        with registered(cur, *([] if probe is None else [probe])) as names:
+            name = names[0] if names else None
+            sql = committed_matching_sql(schema.physical_name, name, on, nulls_equal=nulls_equal)
+            return cur.sql(sql).to_arrow_table()
+
+    def joined(
+        self,
+        schema: StateTableSchema,
+        probe: pa.Table,
+        on: Sequence[str],
+        columns: Sequence[str] | None,
+    ) -> pa.Table:
+        cur = self.store.cursor()
+        with registered(cur, probe) as (name,):
+            return cur.sql(
+                committed_joined_sql(schema.physical_name, name, on, columns)
+            ).to_arrow_table()
+
+    def exists(self, schema: StateTableSchema) -> bool:
+        return table_exists(self.store.cursor(), schema.table_id)
+
+    def scan(
+        self,
+        scan: PositionedScan,
+        positions: pa.Table,
+        limit: int | None,
+        snapshot: int | None = None,
+    ) -> pa.Table:
+        if snapshot is None:
+            return scan.run(self.store.cursor(), positions, limit)
+        with self._lock:
+            entry = self._snapshots.get(snapshot)
+        if entry is None:
+            raise KeyError(f"no open snapshot {snapshot}")
+        cur, lock = entry
+        with lock:
+            return scan.run(cur, positions, limit)
+
+    def open_snapshot(self) -> int:
+        cur = self.store.new_cursor()
+        try:
+            cur.execute("BEGIN TRANSACTION")
+        except BaseException:
+            cur.close()
+            raise
+        with self._lock:
+            handle = next(self._handles)
+            self._snapshots[handle] = (cur, threading.Lock())
+        return handle
+
+    def close_snapshot(self, snapshot: int) -> None:
+        with self._lock:
+            entry = self._snapshots.pop(snapshot, None)
+        if entry is None:
+            return
+        cur, lock = entry
+        with lock:
+            with contextlib.suppress(duckdb.Error):
+                cur.execute("ROLLBACK")
+            cur.close()
+
+    @property
+    def open_snapshots(self) -> int:
+        """Read transactions open now (each holds the store's old versions for it)."""
+        with self._lock:
+            return len(self._snapshots)
+
+
 # ------------------------------------------------------------------ server
 class StateService:
     """Serves the committed state of ``store`` on a loopback port (``start``)."""
 
     def __init__(self, store: StateStore, token: str | None = None) -> None:
-        self.store = store
+        self.reads = StoreReader(store)
         self.token = token or secrets.token_hex(16)
         self._pool = ThreadPoolExecutor(SERVICE_THREADS, thread_name_prefix="state-service")
         self._server: asyncio.Server | None = None
         self.requests = 0
+        self.requests_by_op: collections.Counter[str] = collections.Counter()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> tuple[str, int]:
         self._server = await asyncio.start_server(self._serve, host, port)
@@ -92,6 +185,9 @@ class StateService:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
         authenticated = False
+        # Snapshots opened through this connection: closed with it (a compute node that
+        # dies leaves no read transaction behind).
+        opened: set[int] = set()
         try:
             while True:
                 (n,) = _HEADER_LEN.unpack(await reader.readexactly(_HEADER_LEN.size))
@@ -108,7 +204,9 @@ class StateService:
                     await writer.drain()
                     continue
                 try:
-                    answer = await loop.run_in_executor(self._pool, self._answer, header, payload)
+                    answer = await loop.run_in_executor(
+                        self._pool, self._answer, header, payload, opened
+                    )
                 except (duckdb.Error, KeyError, ValueError, pa.ArrowException) as exc:
                     text = str(exc).encode()
                     writer.write(_STATUS.pack(FAILED, len(text)) + text)
@@ -120,33 +218,53 @@ class StateService:
             pass
         finally:
             writer.close()
+            for handle in opened:
+                await loop.run_in_executor(self._pool, self.reads.close_snapshot, handle)
 
-    def _answer(self, header: dict[str, object], payload: bytes) -> bytes | pa.Buffer:
-        """One read, on a service thread with its cursor of the store."""
+    def _answer(
+        self, header: dict[str, object], payload: bytes, opened: set[int]
+    ) -> bytes | pa.Buffer:
+        """One read, on a service thread."""
         self.requests += 1
-        cur = self.store.cursor()
-        op = header["op"]
+        op = str(header["op"])
+        self.requests_by_op[op] += 1
+        if op == "open_snapshot":
+            handle = self.reads.open_snapshot()
+            opened.add(handle)
+            return json.dumps(handle).encode()
+        if op == "close_snapshot":
+            handle = int(str(header["snapshot"]))
+            opened.discard(handle)
+            self.reads.close_snapshot(handle)
+            return b""
+        probe = _table(payload)
+        if op == "scan":
+            scan = header["scan"]
+            limit, snapshot = header["limit"], header["snapshot"]
+            assert isinstance(scan, dict) and probe is not None
+            assert limit is None or isinstance(limit, int)
+            assert snapshot is None or isinstance(snapshot, int)
+            positioned = PositionedScan.from_json(scan)
+            return _ipc(self.reads.scan(positioned, probe, limit, snapshot))
         table_id = header["table_id"]
         assert isinstance(table_id, int)
+        schema = _schema_of(table_id)
         if op == "exists":
-            return json.dumps(table_exists(cur, table_id)).encode()
-        probe = _table(payload)
+            return json.dumps(self.reads.exists(schema)).encode()
         on = header["on"]
         assert isinstance(on, list)
-        physical = physical_name_of(table_id)
-        with registered(cur, *([] if probe is None else [probe])) as names:
-            name = names[0] if names else None
-            if op == "matching":
-                sql = committed_matching_sql(
-                    physical, name, on, nulls_equal=bool(header["nulls_equal"])
-                )
-            elif op == "joined" and name is not None:
-                columns = header["columns"]
-                assert columns is None or isinstance(columns, list)
-                sql = committed_joined_sql(physical, name, on, columns)
-            else:
-                raise ValueError(f"unknown state read {op!r}")
-            return _ipc(cur.sql(sql).to_arrow_table())
+        if op == "matching":
+            return _ipc(self.reads.matching(schema, probe, on, bool(header["nulls_equal"])))
+        if op == "joined" and probe is not None:
+            columns = header["columns"]
+            assert columns is None or isinstance(columns, list)
+            return _ipc(self.reads.joined(schema, probe, on, columns))
+        raise ValueError(f"unknown state read {op!r}")
+
+
+def _schema_of(table_id: int) -> StateTableSchema:
+    """A layout that names table ``table_id``: the reads need its name only."""
+    return StateTableSchema(table_id, (), (), ())
 
 
 # ------------------------------------------------------------------ client
@@ -193,6 +311,27 @@ class StateServiceClient:
 
     def exists(self, schema: StateTableSchema) -> bool:
         return bool(json.loads(self._call({"op": "exists", "table_id": schema.table_id}, None)))
+
+    def scan(
+        self,
+        scan: PositionedScan,
+        positions: pa.Table,
+        limit: int | None,
+        snapshot: int | None = None,
+    ) -> pa.Table:
+        header: dict[str, object] = {
+            "op": "scan",
+            "scan": scan.to_json(),
+            "limit": limit,
+            "snapshot": snapshot,
+        }
+        return self._read(header, positions)
+
+    def open_snapshot(self) -> int:
+        return int(json.loads(self._call({"op": "open_snapshot"}, None)))
+
+    def close_snapshot(self, snapshot: int) -> None:
+        self._call({"op": "close_snapshot", "snapshot": snapshot}, None)
 
     def close(self) -> None:
         with self._lock:

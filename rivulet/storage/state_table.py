@@ -97,6 +97,98 @@ def table_exists(cursor: duckdb.DuckDBPyConnection, table_id: int) -> bool:
     return bool(rows[0][0])
 
 
+@dataclass(frozen=True, slots=True)
+class PositionedScan:
+    """A read of a state table's committed rows in key order, each vnode from a position
+    of its own on: a backfill's read of its upstream's history, resumable per vnode.
+
+    Positions are a relation ``[vnode, started, pk0..]``: a vnode not ``started`` is read
+    from its beginning, else strictly after ``(pk0, ..)``. NULL key parts sort last.
+    ``by_vnode``: rows come in (vnode, key) order (a vnode after the other), else in
+    (key, vnode) order (one position shared by all). Rows read are
+    ``[_vnode, columns...]``. Plain data (JSON), so another process can ask for one."""
+
+    table_id: int
+    key: tuple[str, ...]
+    key_not_null: bool
+    columns: tuple[str, ...]
+    by_vnode: bool
+
+    @classmethod
+    def of(
+        cls, schema: StateTableSchema, columns: Sequence[str], *, by_vnode: bool
+    ) -> PositionedScan:
+        names = schema.column_names
+        not_null = set(schema.not_null)
+        return cls(
+            schema.table_id,
+            tuple(names[i] for i in schema.pk),
+            all(i in not_null for i in schema.pk),
+            tuple(columns),
+            by_vnode,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "table_id": self.table_id,
+            "key": list(self.key),
+            "key_not_null": self.key_not_null,
+            "columns": list(self.columns),
+            "by_vnode": self.by_vnode,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, object]) -> PositionedScan:
+        key, columns = d["key"], d["columns"]
+        assert isinstance(key, list) and isinstance(columns, list)
+        return cls(
+            int(str(d["table_id"])),
+            tuple(str(k) for k in key),
+            bool(d["key_not_null"]),
+            tuple(str(c) for c in columns),
+            bool(d["by_vnode"]),
+        )
+
+    def run(
+        self, cursor: duckdb.DuckDBPyConnection, positions: pa.Table, limit: int | None
+    ) -> pa.Table:
+        """Up to ``limit`` rows after ``positions``, in read order; with ``limit`` None,
+        how many rows each vnode has left (``[v, n]``). Blocking (DuckDB)."""
+        with registered(cursor, positions) as (name,):
+            return cursor.sql(self._sql(name, limit)).to_arrow_table()
+
+    def _sql(self, positions: str, limit: int | None) -> str:
+        vnode = f"s.{VNODE_COLUMN}"
+        source = (
+            f"FROM {physical_name_of(self.table_id)} s JOIN {positions} q ON {vnode} = q.vnode"
+            f" WHERE NOT q.started OR {self._after()}"
+        )
+        if limit is None:
+            return f"SELECT {vnode} AS v, count(*) AS n {source} GROUP BY {vnode}"
+        pk = [f"s.{quote_ident(c)} NULLS LAST" for c in self.key]
+        order = [vnode, *pk] if self.by_vnode else [*pk, vnode]
+        cols = ", ".join([vnode] + [f"s.{quote_ident(c)}" for c in self.columns])
+        return f"SELECT {cols} {source} ORDER BY {', '.join(order)} LIMIT {int(limit)}"
+
+    def _after(self) -> str:
+        """Row ``s`` lies strictly after its vnode's position ``q``."""
+        s = [f"s.{quote_ident(n)}" for n in self.key]
+        q = [f"q.pk{i}" for i in range(len(s))]
+        if not s:
+            return "FALSE"
+        if self.key_not_null:
+            if len(s) == 1:
+                return f"{s[0]} > {q[0]}"
+            return f"({', '.join(s)}) > ({', '.join(q)})"
+        # NULLS LAST: NULL sorts after every value (the ORDER BY).
+        terms = []
+        for i in range(len(s)):
+            eq = [f"{s[j]} IS NOT DISTINCT FROM {q[j]}" for j in range(i)]
+            gt = f"({q[i]} IS NOT NULL AND ({s[i]} IS NULL OR {s[i]} > {q[i]}))"
+            terms.append("(" + " AND ".join([*eq, gt]) + ")")
+        return " OR ".join(terms)
+
+
 class CommittedReader(Protocol):
     """Where a state table's committed rows come from when it does not read the store's
     DuckDB itself: another process serves them (``storage/state_service.py``). Batched,
@@ -119,6 +211,22 @@ class CommittedReader(Protocol):
     ) -> pa.Table: ...
 
     def exists(self, schema: StateTableSchema) -> bool: ...
+
+    def scan(
+        self,
+        scan: PositionedScan,
+        positions: pa.Table,
+        limit: int | None,
+        snapshot: int | None = None,
+    ) -> pa.Table:
+        """``PositionedScan.run``; inside ``snapshot`` (see ``open_snapshot``) if given."""
+        ...
+
+    def open_snapshot(self) -> int:
+        """A read transaction whose snapshot is fixed by the first read in it: its handle."""
+        ...
+
+    def close_snapshot(self, snapshot: int) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

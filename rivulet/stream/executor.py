@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from rivulet.common.types import DataType, arrow_type_of
+from rivulet.storage.state_service import StoreReader
 from rivulet.storage.state_store import StateStore
 from rivulet.storage.state_table import CommittedReader, MemTable, StateTable, StateTableSchema
 from rivulet.stream.expression import RowErrors
@@ -120,6 +121,12 @@ class ActorContext:
         """One of this actor's state tables, reading committed rows where the services
         say (the store in this process, or the storage service)."""
         return StateTable(schema, self.services.committed_reader)
+
+    def committed_reads(self) -> CommittedReader:
+        """Reads of committed state beyond a state table's own (a backfill's scans of
+        its upstream): through the services' reader, or from the store here."""
+        reader = self.services.committed_reader
+        return reader if reader is not None else StoreReader(self.services.store)
 
     def report_row_errors(self, operator: str, errors: RowErrors | None) -> None:
         """Rows whose expressions failed in ``operator`` (they got NULL instead); safe to

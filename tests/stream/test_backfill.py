@@ -460,3 +460,44 @@ def test_an_mv_with_an_exchange_is_never_ahead_of_its_table(backfill_type: str) 
                 time.sleep(0.3)
         finally:
             conn.close()
+
+
+@pytest.mark.parametrize("scan_type", ["arrangement", "no_shuffle", "snapshot"])
+def test_backfills_read_their_upstream_through_the_storage_service(
+    tmp_path: Path, scan_type: str
+) -> None:
+    """Served state (the path of actors in other processes): every read of a backfill -
+    counts, slices of the upstream, a snapshot scan's held snapshot, its log and the
+    progress a rebuilt scan resumes from - goes through the service, and the MV ends
+    exact. Mid-backfill the MV is rebuilt (a reschedule; a no_shuffle scan, which keeps
+    its upstream's actors while it backfills, by RECOVER)."""
+    path = tmp_path / "db"
+    con = rivulet.connect(path, workers=1, slots=2, state_reads="served")
+    try:
+        service = con._thread.engine.state_service.service  # type: ignore[attr-defined]
+        fill(con)
+        tracker(con).default_rate_limit = 6_000
+        with Writer(path, 31):
+            con.execute(
+                f"CREATE MATERIALIZED VIEW m WITH (backfill_type = '{scan_type}') AS {MV_QUERY}"
+            )
+            job = job_id(con, "m")
+            while tracker(con).progress(job)[0] < ROWS // 5:
+                time.sleep(0.05)
+            if scan_type != "no_shuffle":
+                con.execute("ALTER MATERIALIZED VIEW m SET PARALLELISM = 3")
+        if scan_type == "no_shuffle":
+            con.execute("RECOVER")  # (between writers: it fails the statements in flight)
+        assert not tracker(con).progress(job)[2], "done before the rebuild"
+        with Writer(path, 32):
+            seen = wait_done(con, "m")
+        assert_spread(seen)
+        check(con, "m", MV_QUERY)
+        assert service.requests_by_op["scan"] > 0
+        assert service.requests_by_op["matching"] > 0  # the rebuilt scans' progress
+        if scan_type == "snapshot":
+            assert service.requests_by_op["open_snapshot"] > 0
+        # No read transaction outlives its scan.
+        assert service.reads.open_snapshots == 0
+    finally:
+        con.close()

@@ -19,8 +19,8 @@ rebuilt with other vnodes (reschedule, recovery, restart) resumes from theirs.
 * ``no_shuffle``: one scan position per actor - reads its vnodes together in pk order;
   the position is stored in every vnode's row (state is keyed by vnode).
 * ``snapshot``: reads the upstream's state as of the creation epoch, over several epochs
-  and in bounded slices like ``arrangement``, through a DuckDB read transaction held open
-  on a cursor of its own (MVCC keeps that state for it while commits go on), while the
+  and in bounded slices like ``arrangement``, through a read transaction of the store
+  held open for it (MVCC keeps that state for it while commits go on), while the
   changes that arrive meanwhile go to a log (a state table), replayed once the snapshot
   is read. A rebuilt snapshot scan (its transaction is gone)
   replays the logged changes of the keys it has emitted, drops the rest and goes on as
@@ -33,13 +33,13 @@ actor, None unlimited, 0 paused), asked at every epoch so a change applies at on
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
+from typing import TypeVar
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,10 +47,13 @@ import pyarrow.compute as pc
 from rivulet.common.chunk import VNODE_COLUMN, Op, StreamChunk
 from rivulet.common.types import arrow_type_of
 from rivulet.common.vnode import VNODE_COUNT, compute_vnodes
-from rivulet.storage.state_table import StateTable, StateTableSchema, quote_ident
+from rivulet.storage.state_service import StateServiceError
+from rivulet.storage.state_table import PositionedScan, StateTable, StateTableSchema
 from rivulet.stream.executor import ActorContext, Executor, Schema
 from rivulet.stream.message import Barrier, Message
 from rivulet.stream.state_layouts import LOG_OP, LOG_SEQ, PROGRESS_DONE, PROGRESS_ROW_COUNT
+
+T = TypeVar("T")
 
 # Rows per emitted chunk.
 EMIT_CHUNK_ROWS = 65536
@@ -66,8 +69,6 @@ MAX_EPOCH_ROWS = 4 << 20
 # has this many seconds' worth (frequent epochs do not each pay for a query).
 BURST_SECONDS = 1.0
 MIN_READ_SECONDS = 0.2
-
-_registration = itertools.count()
 
 
 # ------------------------------------------------------------------ vectorized helpers
@@ -191,12 +192,17 @@ class BackfillExecutor(Executor):
         self.state_tables = [progress] + ([log] if log is not None else [])
         self._arrow = schema.arrow()
         self.owned = np.asarray(ctx.vnodes, dtype=bool)
-        self._owned_list = ", ".join(str(int(v)) for v in np.flatnonzero(self.owned))
         names = upstream.column_names
         self._pk_names = [names[i] for i in upstream.pk]
         # Upstream columns a read needs (output and pk), by name, in stored order.
         self._read_names = [names[i] for i in sorted(set(columns) | set(upstream.pk))]
         self._out_index = [self._read_names.index(names[i]) + 1 for i in columns]
+        # Reads of committed state: the store's, here or through the storage service.
+        self.reads = ctx.committed_reads()
+        self._scan = PositionedScan.of(upstream, self._read_names, by_vnode=self.by_vnode)
+        self._log_scan = None
+        if log is not None:
+            self._log_scan = PositionedScan.of(log.schema, log.schema.column_names, by_vnode=False)
         pk_types = [arrow_type_of(upstream.columns[i][1]) for i in upstream.pk]
         self.progress = VnodeProgress(pk_types)
         # Rows of each vnode still to read, estimated at start (sizes vnode-prefix reads).
@@ -205,10 +211,11 @@ class BackfillExecutor(Executor):
         # "backfill" (reading the current state), "snapshot" (emitting the fixed one),
         # "replay" (its log), "forward" (done).
         self.mode = "backfill"
-        # A snapshot scan's read transaction, open while it reads its snapshot; the lock
-        # is held while a query thread uses it, so that the actor's end (on the loop)
-        # closes it only when no read is in flight (else the read closes it).
-        self._snapshot: duckdb.DuckDBPyConnection | None = None
+        # A snapshot scan's read transaction (its handle), open while it reads its
+        # snapshot; the lock is held while a query thread uses it, so that the actor's
+        # end (on the loop) closes it only when no read is in flight (else the read
+        # closes it).
+        self._snapshot: int | None = None
         self._snapshot_lock = threading.Lock()
         self._ended = False
         self._log_seq = 0
@@ -318,10 +325,10 @@ class BackfillExecutor(Executor):
         """What this epoch emits of the history (state at the barrier just committed)."""
         if first and not self.rebuilt:
             if self.scan_type == "snapshot":
-                await self.ctx.run_blocking(lambda _cur: self._open_snapshot())
+                await self._blocking(self._open_snapshot)
                 self.mode = "snapshot"
             else:
-                await self.ctx.run_blocking(self._count)
+                await self._blocking(self._count)
         budget, deadline = self._budget()
         if self.mode in ("backfill", "snapshot"):
             async for chunk in self._read_state(budget, deadline):
@@ -337,11 +344,7 @@ class BackfillExecutor(Executor):
         while budget > 0:
             n = min(budget, limit)
             queried = self._query_set(n)
-            if self._snapshot is not None:
-                read = partial(self._read_snapshot, n, queried)
-                table = await self.ctx.run_blocking(lambda _cur, read=read: read())
-            else:
-                table = await self.ctx.run_blocking(partial(self._read, n, queried))
+            table = await self._blocking(partial(self._read, n, queried))
             emitted = self._advance(table, n, queried)
             budget -= emitted.num_rows
             self._spend(emitted.num_rows)
@@ -419,28 +422,13 @@ class BackfillExecutor(Executor):
             out.append(StreamChunk.inserts(part))
         return out
 
-    # -- blocking (DuckDB), on a query thread with its own cursor
-    def _after(self) -> str:
-        """SQL: upstream row ``s`` lies strictly after its vnode's position ``q``."""
-        s = [f"s.{quote_ident(n)}" for n in self._pk_names]
-        q = [f"q.pk{i}" for i in range(len(s))]
-        if not s:
-            return "FALSE"
-        not_null = set(self.upstream.not_null)
-        if all(i in not_null for i in self.upstream.pk):
-            if len(s) == 1:
-                return f"{s[0]} > {q[0]}"
-            return f"({', '.join(s)}) > ({', '.join(q)})"
-        # NULLS LAST: NULL sorts after every value (the ORDER BY below).
-        terms = []
-        for i in range(len(s)):
-            eq = [f"{s[j]} IS NOT DISTINCT FROM {q[j]}" for j in range(i)]
-            gt = f"({q[i]} IS NOT NULL AND ({s[i]} IS NULL OR {s[i]} > {q[i]}))"
-            terms.append("(" + " AND ".join([*eq, gt]) + ")")
-        return " OR ".join(terms)
+    # -- blocking (reads of the store), on a query thread
+    async def _blocking(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on a query thread: reads go through ``self.reads``, not a cursor."""
+        return await self.ctx.run_blocking(lambda _cur: fn())
 
     def _positions(self, vnodes: np.ndarray) -> pa.Table:
-        """The positions of ``vnodes`` (a mask) to join a read with."""
+        """The positions of ``vnodes`` (a mask) to read after."""
         idx = np.flatnonzero(vnodes)
         take = pa.array(idx)
         cols = {"vnode": pa.array(idx.astype(np.int16)), "started": pa.array(
@@ -450,89 +438,47 @@ class BackfillExecutor(Executor):
             cols[f"pk{i}"] = col.take(take)
         return pa.table(cols)
 
-    def _with_positions(
-        self, cur: duckdb.DuckDBPyConnection, vnodes: np.ndarray, sql: Callable[[str], str]
-    ) -> pa.Table:
-        name = f"__backfill_{next(_registration)}"
-        cur.register(name, self._positions(vnodes))
-        try:
-            return cur.sql(sql(name)).to_arrow_table()
-        finally:
-            cur.unregister(name)
-
-    def _from_positions(self, name: str) -> str:
-        return (
-            f"FROM {self.upstream.physical_name} s JOIN {name} q ON s.{VNODE_COLUMN} = q.vnode"
-            f" WHERE NOT q.started OR {self._after()}"
-        )
-
-    def _count(self, cur: duckdb.DuckDBPyConnection) -> None:
+    def _count(self) -> None:
         """Rows left to read per vnode (one query); total = read + left."""
         unfinished = self.owned & ~self.progress.done
-        counts = self._with_positions(
-            cur,
-            unfinished,
-            lambda name: (
-                f"SELECT s.{VNODE_COLUMN} AS v, count(*) AS n {self._from_positions(name)}"
-                f" GROUP BY s.{VNODE_COLUMN}"
-            ),
-        )
+        counts = self.reads.scan(self._scan, self._positions(unfinished), None, self._snapshot)
         vn = np.asarray(counts.column("v").to_numpy(), dtype=np.int64)
         self._remaining[:] = 0
         self._remaining[vn] = np.asarray(counts.column("n").to_numpy(), dtype=np.int64)
         self._total = int(self.progress.count[self.owned].sum() + self._remaining.sum())
 
-    def _read(self, n: int, vnodes: np.ndarray, cur: duckdb.DuckDBPyConnection) -> pa.Table:
-        """Up to ``n + 1`` rows after the positions of ``vnodes``, in read order."""
-        pk = [f"s.{quote_ident(c)} NULLS LAST" for c in self._pk_names]
-        vnode = f"s.{VNODE_COLUMN}"
-        order = [vnode, *pk] if self.by_vnode else [*pk, vnode]
-        cols = ", ".join([vnode] + [f"s.{quote_ident(c)}" for c in self._read_names])
-        return self._with_positions(
-            cur,
-            vnodes,
-            lambda name: (
-                f"SELECT {cols} {self._from_positions(name)}"
-                f" ORDER BY {', '.join(order)} LIMIT {n + 1}"
-            ),
-        )
-
-    # ------------------------------------------------------------- snapshot
-    def _open_snapshot(self) -> None:
-        """Begin the read transaction that holds the state at the barrier just
-        committed (blocking). DuckDB fixes a transaction's snapshot at its first
-        statement: the count, run before this actor passes the next barrier, so before
-        the next epoch can commit."""
-        with self._snapshot_lock:
-            cur = self.ctx.services.store.new_cursor()
-            try:
-                cur.execute("BEGIN TRANSACTION")
-                self._count(cur)
-            except BaseException:
-                cur.close()
-                raise
-            self._snapshot = cur
-            if self._ended:
-                self._close_snapshot()
-
-    def _read_snapshot(self, n: int, vnodes: np.ndarray) -> pa.Table:
-        """``_read`` from the snapshot (blocking)."""
+    def _read(self, n: int, vnodes: np.ndarray) -> pa.Table:
+        """Up to ``n + 1`` rows after the positions of ``vnodes``, in read order: the
+        state now, or a snapshot scan's snapshot while it is open."""
         with self._snapshot_lock:
             try:
-                assert self._snapshot is not None
-                return self._read(n, vnodes, self._snapshot)
+                return self.reads.scan(self._scan, self._positions(vnodes), n + 1, self._snapshot)
             finally:
                 if self._ended:
                     self._close_snapshot()
 
-    def _close_snapshot(self) -> None:
-        cur, self._snapshot = self._snapshot, None
-        if cur is not None:
+    # ------------------------------------------------------------- snapshot
+    def _open_snapshot(self) -> None:
+        """Begin the read transaction that holds the state at the barrier just
+        committed. The store fixes a transaction's snapshot at its first statement: the
+        count, run before this actor passes the next barrier, so before the next epoch
+        can commit."""
+        with self._snapshot_lock:
+            self._snapshot = self.reads.open_snapshot()
             try:
-                cur.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
-            cur.close()
+                self._count()
+            except BaseException:
+                self._close_snapshot()
+                raise
+            if self._ended:
+                self._close_snapshot()
+
+    def _close_snapshot(self) -> None:
+        handle, self._snapshot = self._snapshot, None
+        if handle is not None:
+            # The store (or the service) already gone: the transaction went with it.
+            with contextlib.suppress(OSError, StateServiceError):
+                self.reads.close_snapshot(handle)
 
     def _append_log(self, chunk: StreamChunk, vnodes: np.ndarray) -> None:
         assert self.log_state is not None
@@ -550,7 +496,7 @@ class BackfillExecutor(Executor):
         """The logged changes, oldest first, removed from the log as they go out; once
         the log is empty the scan forwards."""
         while True:
-            rows = await self.ctx.run_blocking(partial(self._read_log, ARRANGEMENT_QUERY_ROWS))
+            rows = await self._blocking(partial(self._read_log, ARRANGEMENT_QUERY_ROWS))
             part = rows.slice(0, ARRANGEMENT_QUERY_ROWS)
             if part.num_rows:
                 self._replayed_seq = int(part.column(LOG_SEQ)[part.num_rows - 1].as_py())
@@ -563,14 +509,18 @@ class BackfillExecutor(Executor):
             if time.monotonic() >= deadline:
                 return
 
-    def _read_log(self, n: int, cur: duckdb.DuckDBPyConnection) -> pa.Table:
-        assert self.log_state is not None
-        return cur.sql(
-            f"SELECT * FROM {self.log_state.schema.physical_name}"
-            f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) AND {LOG_SEQ} > ?"
-            f" ORDER BY {LOG_SEQ} LIMIT {n + 1}",
-            params=[self._replayed_seq],
-        ).to_arrow_table()
+    def _read_log(self, n: int) -> pa.Table:
+        """Up to ``n + 1`` logged changes after the last one replayed, oldest first."""
+        assert self._log_scan is not None
+        idx = np.flatnonzero(self.owned)
+        after = pa.table(
+            {
+                "vnode": pa.array(idx.astype(np.int16)),
+                "started": pa.array(np.ones(len(idx), dtype=bool)),
+                "pk0": pa.array(np.full(len(idx), self._replayed_seq, dtype=np.int64)),
+            }
+        )
+        return self.reads.scan(self._log_scan, after, n + 1)
 
     def _delete_log(self, rows: pa.Table) -> None:
         assert self.log_state is not None
@@ -595,7 +545,7 @@ class BackfillExecutor(Executor):
     async def _resume(self) -> list[StreamChunk]:
         """A rebuilt actor: load the progress of its vnodes (committed), count what is
         left; a snapshot scan also turns its log into output (see the module doc)."""
-        log = await self.ctx.run_blocking(self._load)
+        log = await self._blocking(self._load)
         out: list[StreamChunk] = []
         if log is not None and log.num_rows:
             vnodes = np.asarray(log.column(VNODE_COLUMN).to_numpy(), dtype=np.int16)
@@ -610,20 +560,16 @@ class BackfillExecutor(Executor):
             self.mode = "forward"
         return out
 
-    def _load(self, cur: duckdb.DuckDBPyConnection) -> pa.Table | None:
-        rows = cur.sql(
-            f"SELECT * FROM {self.progress_state.schema.physical_name}"
-            f" WHERE {VNODE_COLUMN} IN ({self._owned_list})"
-        ).to_arrow_table()
-        self.progress.load(rows)
+    def _load(self) -> pa.Table | None:
+        owned = pa.table({VNODE_COLUMN: pa.array(np.flatnonzero(self.owned).astype(np.int16))})
+        on = [VNODE_COLUMN]
+        self.progress.load(self.reads.matching(self.progress_state.schema, owned, on, True))
         log = None
         if self.log_state is not None:
-            log = cur.sql(
-                f"SELECT * FROM {self.log_state.schema.physical_name}"
-                f" WHERE {VNODE_COLUMN} IN ({self._owned_list}) ORDER BY {LOG_SEQ}"
-            ).to_arrow_table()
+            log = self.reads.matching(self.log_state.schema, owned, on, True)
+            log = log.sort_by(LOG_SEQ)
         if (self.owned & ~self.progress.done).any():
-            self._count(cur)
+            self._count()
         else:
             self._total = int(self.progress.count[self.owned].sum())
         return log
