@@ -9,20 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from rivulet.common.chunk import StreamChunk
 from rivulet.stream.exchange import Dispatcher
 from rivulet.stream.executor import ActorContext, Executor
-from rivulet.stream.message import AddOutputs, Barrier, StopActors
+from rivulet.stream.message import AddOutputs, Barrier, DispatcherSpec, StopActors
 
 log = logging.getLogger(__name__)
 
 
 class Actor:
-    def __init__(self, ctx: ActorContext, root: Executor, dispatchers: list[Dispatcher]) -> None:
+    def __init__(
+        self,
+        ctx: ActorContext,
+        root: Executor,
+        dispatchers: list[Dispatcher],
+        open_dispatcher: Callable[[DispatcherSpec], Dispatcher],
+    ) -> None:
         self.ctx = ctx
         self.root = root
         self.dispatchers = dispatchers
+        # Builds the dispatchers an AddOutputs names (their channels' ends here).
+        self.open_dispatcher = open_dispatcher
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -61,9 +70,8 @@ class Actor:
     def _add_outputs(self, barrier: Barrier) -> None:
         m = barrier.mutation
         if isinstance(m, AddOutputs):
-            for d in m.outputs.get(self.id, []):
-                assert isinstance(d, Dispatcher)
-                self.dispatchers.append(d)
+            for spec in m.outputs.get(self.id, []):
+                self.dispatchers.append(self.open_dispatcher(spec))
 
     def _remove_outputs(self, barrier: Barrier) -> None:
         m = barrier.mutation

@@ -32,7 +32,14 @@ import pyarrow as pa
 from rivulet.common.chunk import OP_COLUMN, StreamChunk
 from rivulet.common.columns import from_ipc, to_ipc
 from rivulet.stream.exchange import CHANNEL_ROWS, Channel
-from rivulet.stream.message import Barrier, Message, Mutation, StopActors
+from rivulet.stream.message import (
+    AddOutputs,
+    Barrier,
+    DispatcherSpec,
+    Message,
+    Mutation,
+    StopActors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +84,25 @@ def _encode_mutation(mutation: Mutation | None) -> object:
         return None
     if isinstance(mutation, StopActors):
         return {"stop": sorted(mutation.actors)}
-    # AddOutputs holds dispatchers, objects of the sending process: across processes a
-    # node builds its dispatchers itself, from the placement meta sends it.
+    if isinstance(mutation, AddOutputs):
+        # Specs, not dispatchers: each node builds its actors' dispatchers from them.
+        return {
+            "add": [
+                [actor, [d.to_json() for d in specs]] for actor, specs in mutation.outputs.items()
+            ]
+        }
     raise TypeError(f"{type(mutation).__name__} cannot cross processes in a barrier")
 
 
 def _decode_mutation(doc: object) -> Mutation | None:
     if doc is None:
         return None
-    assert isinstance(doc, dict) and "stop" in doc, f"unknown mutation {doc!r}"
+    assert isinstance(doc, dict), f"unknown mutation {doc!r}"
+    if "add" in doc:
+        return AddOutputs(
+            {int(a): [DispatcherSpec.from_json(d) for d in specs] for a, specs in doc["add"]}
+        )
+    assert "stop" in doc, f"unknown mutation {doc!r}"
     return StopActors(frozenset(doc["stop"]))
 
 

@@ -20,18 +20,10 @@ from rivulet.common.chunk import StreamChunk
 from rivulet.common.vnode import VNODE_COUNT
 from rivulet.stream.actor import Actor
 from rivulet.stream.builder import LeafInputs, build_executor
-from rivulet.stream.exchange import (
-    BroadcastDispatcher,
-    Channel,
-    Dispatcher,
-    HashDispatcher,
-    Output,
-    SimpleDispatcher,
-    split_by_vnode,
-)
+from rivulet.stream.exchange import split_by_vnode
 from rivulet.stream.executor import ActorContext, StreamServices
 from rivulet.stream.inbox import Inbox
-from rivulet.stream.message import AddOutputs
+from rivulet.stream.message import AddOutputs, ChannelSpec, DispatcherSpec
 from rivulet.stream.plan import (
     DmlNode,
     ExchangeKind,
@@ -40,6 +32,7 @@ from rivulet.stream.plan import (
     SourceNode,
     StreamScanNode,
 )
+from rivulet.stream.wiring import ChannelEnds
 
 
 @dataclass
@@ -50,16 +43,32 @@ class RunningJob:
     inboxes: dict[int, Inbox] = field(default_factory=dict)
     # The worker each actor runs on.
     workers: dict[int, int] = field(default_factory=dict)
+    # The job's channels (those to its scans from upstream jobs included).
+    channel_ids: set[int] = field(default_factory=set)
 
     def actors_of(self, fragment: Fragment) -> list[Actor]:
         return [self.actors[a] for a in fragment.actor_ids]
 
 
+@dataclass
+class _JobWiring:
+    """A job's channels and dispatchers as specs, before any end is built."""
+
+    # The channels each downstream actor reads, in order.
+    inputs: dict[int, list[ChannelSpec]] = field(default_factory=dict)
+    # The dispatchers of the job's actors, and of upstream jobs' actors (AddOutputs).
+    dispatchers: dict[int, list[DispatcherSpec]] = field(default_factory=dict)
+    upstream_outputs: dict[int, list[DispatcherSpec]] = field(default_factory=dict)
+    channel_ids: set[int] = field(default_factory=set)
+
+
 class StreamRuntime:
-    def __init__(self, services: StreamServices) -> None:
+    def __init__(self, services: StreamServices, ends: ChannelEnds | None = None) -> None:
         self.services = services
         self.jobs: dict[int, RunningJob] = {}
+        self.ends = ends or ChannelEnds()
         self._dispatcher_ids = itertools.count(1)
+        self._channel_ids = itertools.count(1)
 
     # ------------------------------------------------------------- building
     def build_job(
@@ -69,21 +78,8 @@ class StreamRuntime:
         ``attach_now``: the upstream actors are not running yet either (a restart): give
         them their new outputs directly instead of by mutation."""
         job = RunningJob(graph)
-        leaves: dict[int, LeafInputs] = {}
-        dispatchers: dict[int, list[Dispatcher]] = {}
-        for fragment in graph.fragments:
-            for actor_id in fragment.actor_ids:
-                leaves[actor_id] = LeafInputs(
-                    wait_committed=self._wait_committed, rebuilt=attach_now
-                )
-                dispatchers[actor_id] = []
-        upstream_outputs: dict[int, list[object]] = {}
-        for fragment in graph.fragments:
-            for upstream_id, kind, key in fragment.upstreams:
-                self._wire(graph.fragment(upstream_id), fragment, kind, key, leaves, dispatchers)
-            for node in fragment.leaves():
-                if isinstance(node, StreamScanNode):
-                    self._attach_scan(node, fragment, leaves, upstream_outputs)
+        wiring = self._plan_wiring(graph)
+        job.channel_ids = wiring.channel_ids
         for fragment in graph.fragments:
             has_inbox = any(isinstance(n, DmlNode | SourceNode) for n in fragment.leaves())
             for index, actor_id in enumerate(fragment.actor_ids):
@@ -94,12 +90,16 @@ class StreamRuntime:
                     vnodes=_owned(fragment, index),
                     services=self.services,
                 )
-                leaf = leaves[actor_id]
+                leaf = LeafInputs(wait_committed=self._wait_committed, rebuilt=attach_now)
+                for spec in wiring.inputs.get(actor_id, []):
+                    channel = self.ends.receiver(spec)
+                    leaf.channels.setdefault(spec.upstream_fragment, []).append(channel)
                 if has_inbox:
                     leaf.inbox = Inbox()
                     job.inboxes[actor_id] = leaf.inbox
                 root = build_executor(fragment.root, ctx, leaf)
-                job.actors[actor_id] = Actor(ctx, root, dispatchers[actor_id])
+                dispatchers = [self.ends.dispatcher(d) for d in wiring.dispatchers[actor_id]]
+                job.actors[actor_id] = Actor(ctx, root, dispatchers, self.ends.dispatcher)
         # Backfill progress is summed over these actors once they all reported.
         self.services.backfill.track(
             graph.job_id,
@@ -111,12 +111,25 @@ class StreamRuntime:
             ],
         )
         if attach_now:
-            for actor_id, outputs in upstream_outputs.items():
+            for actor_id, specs in wiring.upstream_outputs.items():
                 actor = self._actor(actor_id)
-                actor.dispatchers.extend(d for d in outputs if isinstance(d, Dispatcher))
+                actor.dispatchers.extend(self.ends.dispatcher(d) for d in specs)
             return job, None
-        mutation = AddOutputs(upstream_outputs) if upstream_outputs else None
-        return job, mutation
+        outputs = wiring.upstream_outputs
+        return job, (AddOutputs(outputs) if outputs else None)
+
+    def _plan_wiring(self, graph: JobGraph) -> _JobWiring:
+        wiring = _JobWiring()
+        for fragment in graph.fragments:
+            for actor_id in fragment.actor_ids:
+                wiring.dispatchers[actor_id] = []
+        for fragment in graph.fragments:
+            for upstream_id, kind, key in fragment.upstreams:
+                self._wire(graph.fragment(upstream_id), fragment, kind, key, wiring)
+            for node in fragment.leaves():
+                if isinstance(node, StreamScanNode):
+                    self._attach_scan(node, fragment, wiring)
+        return wiring
 
     def _actor(self, actor_id: int) -> Actor:
         for job in self.jobs.values():
@@ -124,14 +137,19 @@ class StreamRuntime:
                 return job.actors[actor_id]
         raise KeyError(f"actor {actor_id} is not running")
 
+    def _channel(self, upstream: Fragment, up: int, down: int, wiring: _JobWiring) -> ChannelSpec:
+        spec = ChannelSpec(next(self._channel_ids), up, down, upstream.fragment_id)
+        wiring.inputs.setdefault(down, []).append(spec)
+        wiring.channel_ids.add(spec.channel_id)
+        return spec
+
     def _wire(
         self,
         upstream: Fragment,
         downstream: Fragment,
         kind: ExchangeKind,
         key: list[int],
-        leaves: dict[int, LeafInputs],
-        dispatchers: dict[int, list[Dispatcher]],
+        wiring: _JobWiring,
     ) -> None:
         """Channels and dispatchers of one exchange inside a job."""
         for i, up in enumerate(upstream.actor_ids):
@@ -141,31 +159,26 @@ class StreamRuntime:
                 targets = downstream.actor_ids[:1]
             else:
                 targets = list(downstream.actor_ids)
-            outputs = []
-            for down in targets:
-                channel = Channel()
-                leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)
-                outputs.append(Output(down, channel))
-            dispatchers[up].append(self._dispatcher(kind, outputs, key, downstream))
+            outputs = tuple(self._channel(upstream, up, down, wiring) for down in targets)
+            wiring.dispatchers[up].append(self._dispatcher(kind, outputs, key, downstream))
 
     def _dispatcher(
-        self, kind: ExchangeKind, outputs: list[Output], key: list[int], downstream: Fragment
-    ) -> Dispatcher:
+        self,
+        kind: ExchangeKind,
+        outputs: tuple[ChannelSpec, ...],
+        key: list[int],
+        downstream: Fragment,
+    ) -> DispatcherSpec:
         did = next(self._dispatcher_ids)
         if kind is ExchangeKind.HASH:
             assert downstream.mapping is not None
-            return HashDispatcher(did, outputs, key, downstream.mapping)
+            mapping = tuple(int(m) for m in downstream.mapping)
+            return DispatcherSpec(did, "hash", outputs, tuple(key), mapping)
         if kind is ExchangeKind.BROADCAST:
-            return BroadcastDispatcher(did, outputs)
-        return SimpleDispatcher(did, outputs)
+            return DispatcherSpec(did, "broadcast", outputs)
+        return DispatcherSpec(did, "simple", outputs)
 
-    def _attach_scan(
-        self,
-        node: StreamScanNode,
-        fragment: Fragment,
-        leaves: dict[int, LeafInputs],
-        upstream_outputs: dict[int, list[object]],
-    ) -> None:
+    def _attach_scan(self, node: StreamScanNode, fragment: Fragment, wiring: _JobWiring) -> None:
         """A scan reads its upstream job's materialize fragment: 1:1 when it mirrors it
         (or happens to share its vnode mapping), else through a hash exchange by the
         upstream's distribution key (an arrangement backfill at the job's parallelism)."""
@@ -184,20 +197,17 @@ class StreamRuntime:
             assert node.state_schema is not None
             key = list(node.state_schema.dist_key)
             for up in upstream.actor_ids:
-                outputs = []
-                for down in fragment.actor_ids:
-                    channel = Channel()
-                    leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)
-                    outputs.append(Output(down, channel))
-                upstream_outputs.setdefault(up, []).append(
-                    HashDispatcher(next(self._dispatcher_ids), outputs, key, fragment.mapping)
+                outputs = tuple(
+                    self._channel(upstream, up, down, wiring) for down in fragment.actor_ids
+                )
+                wiring.upstream_outputs.setdefault(up, []).append(
+                    self._dispatcher(ExchangeKind.HASH, outputs, key, fragment)
                 )
             return
         for up, down in zip(upstream.actor_ids, fragment.actor_ids):
-            channel = Channel()
-            leaves[down].channels.setdefault(upstream.fragment_id, []).append(channel)
-            upstream_outputs.setdefault(up, []).append(
-                SimpleDispatcher(next(self._dispatcher_ids), [Output(down, channel)])
+            outputs = (self._channel(upstream, up, down, wiring),)
+            wiring.upstream_outputs.setdefault(up, []).append(
+                self._dispatcher(ExchangeKind.SIMPLE, outputs, [], fragment)
             )
 
     def _fragment(self, fragment_id: int) -> Fragment:
@@ -227,6 +237,7 @@ class StreamRuntime:
         """Drop a job whose actors have stopped (after its StopActors barrier)."""
         job = self.jobs.pop(job_id, None)
         if job is not None:
+            self.ends.forget(job.channel_ids)
             for actor_id in job.actors:
                 self.services.barrier_sink.unregister_actor(actor_id)
 

@@ -18,7 +18,7 @@ import pytest
 
 from rivulet.common.chunk import Op, StreamChunk
 from rivulet.stream.barrier_align import align_channels
-from rivulet.stream.message import AddOutputs, Barrier, StopActors
+from rivulet.stream.message import AddOutputs, Barrier, ChannelSpec, DispatcherSpec, StopActors
 from rivulet.stream.remote_exchange import (
     ExchangeConnection,
     decode_barrier,
@@ -69,18 +69,23 @@ def test_an_empty_chunk_keeps_its_schema() -> None:
     assert back.num_rows == 0 and back.data.schema == data.schema
 
 
-def test_barriers_keep_epoch_checkpoint_and_stop_mutation() -> None:
+def test_barriers_keep_epoch_checkpoint_and_mutations() -> None:
+    hashed = DispatcherSpec(
+        4,
+        "hash",
+        (ChannelSpec(10, 1, 7, 2, 0, 1), ChannelSpec(11, 1, 8, 2, 0, 2)),
+        (0, 2),
+        tuple(i % 2 for i in range(256)),
+    )
+    simple = DispatcherSpec(5, "simple", (ChannelSpec(12, 3, 9, 2, 1, 1),))
     for barrier in [
         Barrier(7),
         Barrier(8, checkpoint=False),
         Barrier(9, mutation=StopActors(frozenset({3, 1, 2}))),
+        # New outputs travel as specs: each node builds its actors' dispatchers.
+        Barrier(10, mutation=AddOutputs({1: [hashed], 3: [simple]})),
     ]:
         assert decode_barrier(encode_barrier(barrier)) == barrier
-
-
-def test_a_barrier_with_dispatchers_is_refused_not_half_sent() -> None:
-    with pytest.raises(TypeError, match="AddOutputs cannot cross processes"):
-        encode_barrier(Barrier(3, mutation=AddOutputs({1: [object()]})))
 
 
 @contextlib.asynccontextmanager
