@@ -187,7 +187,7 @@ class JobManager(DdlPart):
                 INVALID_TABLE_DEFINITION,
                 f'cannot create {table.kind} "{table.name}": {duckdb_text(exc)}',
             ) from None
-        running, mutation = self.runtime.build_job(job.graph)
+        running, mutation = self.runtime.build_job(job.graph, workers=job.workers)
         self.fragment_ids[table.id] = [f.fragment_id for f in job.graph.fragments]
         self.runtime.start_job(running)
         try:
@@ -248,8 +248,7 @@ class JobManager(DdlPart):
                 fragment_ids=self.fragment_ids.get(table.id),
             )  # fmt: skip
             self.fragment_ids[table.id] = [f.fragment_id for f in job.graph.fragments]
-            running, _ = self.runtime.build_job(job.graph, attach_now=True)
-            running.workers = job.workers
+            running, _ = self.runtime.build_job(job.graph, attach_now=True, workers=job.workers)
             self.runtime.add_job(running)
             jobs.append(running)
         return jobs

@@ -268,3 +268,71 @@ class ExchangeConnection:
             await self.writer.wait_closed()
         except OSError:
             pass
+
+
+# ------------------------------------------------------------------ the mesh
+_HELLO = struct.Struct("!I32s")
+
+
+class ExchangePeers:
+    """This process's exchange connections, one per other process of the engine (meta is
+    node 0), by node id. Each process listens (``listen``); a process that joins connects
+    to those there before it (``connect``) and presents its node id and the engine's
+    token, so that only the engine's processes exchange rows."""
+
+    def __init__(self, node: int, token: str) -> None:
+        self.node = node
+        self._token = token.encode().ljust(32, b"\0")[:32]
+        self.connections: dict[int, ExchangeConnection] = {}
+        self._joined: dict[int, asyncio.Event] = {}
+        self._server: asyncio.Server | None = None
+
+    async def listen(self, host: str = "127.0.0.1") -> int:
+        self._server = await asyncio.start_server(self._accept, host, 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def connect(self, node: int, host: str, port: int) -> None:
+        reader, writer = await asyncio.open_connection(host, port)
+        writer.write(_HELLO.pack(self.node, self._token))
+        await writer.drain()
+        self._add(node, ExchangeConnection(reader, writer))
+
+    def connection_to(self, node: int) -> ExchangeConnection:
+        connection = self.connections.get(node)
+        if connection is None:
+            raise ConnectionError(f"no exchange connection to node {node}")
+        return connection
+
+    async def wait_for(self, nodes: set[int], timeout: float = 30) -> None:
+        """Until this process is connected to every node of ``nodes`` (a node that just
+        joined may be connected a moment after meta heard of it)."""
+        for node in nodes - {self.node}:
+            event = self._joined.setdefault(node, asyncio.Event())
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def drop(self, node: int) -> None:
+        self.connections.pop(node, None)
+        self._joined.pop(node, None)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections.values()):
+            await connection.close()
+        self.connections.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            node, token = _HELLO.unpack(await reader.readexactly(_HELLO.size))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        if token != self._token:
+            log.warning("exchange connection refused: wrong token")
+            writer.close()
+            return
+        self._add(node, ExchangeConnection(reader, writer))
+
+    def _add(self, node: int, connection: ExchangeConnection) -> None:
+        self.connections[node] = connection
+        self._joined.setdefault(node, asyncio.Event()).set()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,13 +32,14 @@ from rivulet.stream.plan import (
     SourceNode,
     StreamScanNode,
 )
+from rivulet.stream.remote_actor import RemoteActor, RemoteActorHost
 from rivulet.stream.wiring import ChannelEnds
 
 
 @dataclass
 class RunningJob:
     graph: JobGraph
-    actors: dict[int, Actor] = field(default_factory=dict)
+    actors: dict[int, Actor | RemoteActor] = field(default_factory=dict)
     # Inboxes of the actors at the job's sources (DML or connector), by actor id.
     inboxes: dict[int, Inbox] = field(default_factory=dict)
     # The worker each actor runs on.
@@ -46,7 +47,7 @@ class RunningJob:
     # The job's channels (those to its scans from upstream jobs included).
     channel_ids: set[int] = field(default_factory=set)
 
-    def actors_of(self, fragment: Fragment) -> list[Actor]:
+    def actors_of(self, fragment: Fragment) -> list[Actor | RemoteActor]:
         return [self.actors[a] for a in fragment.actor_ids]
 
 
@@ -63,43 +64,66 @@ class _JobWiring:
 
 
 class StreamRuntime:
-    def __init__(self, services: StreamServices, ends: ChannelEnds | None = None) -> None:
+    """The actors of this process's jobs. With ``remote`` (compute nodes), an actor goes
+    to the node of its worker (``node_of_worker``) and is held here as a
+    ``RemoteActor``; actors fed by an inbox (DML, connectors) stay in this process."""
+
+    def __init__(
+        self,
+        services: StreamServices,
+        ends: ChannelEnds | None = None,
+        remote: RemoteActorHost | None = None,
+        node_of_worker: Callable[[int], int] | None = None,
+    ) -> None:
         self.services = services
         self.jobs: dict[int, RunningJob] = {}
         self.ends = ends or ChannelEnds()
+        self.remote = remote
+        self._node_of_worker = node_of_worker
+        # The node of every actor built (this process's node for its own).
+        self._nodes: dict[int, int] = {}
         self._dispatcher_ids = itertools.count(1)
         self._channel_ids = itertools.count(1)
 
     # ------------------------------------------------------------- building
     def build_job(
-        self, graph: JobGraph, *, attach_now: bool = False
+        self,
+        graph: JobGraph,
+        *,
+        attach_now: bool = False,
+        workers: dict[int, int] | None = None,
     ) -> tuple[RunningJob, AddOutputs | None]:
         """Actors for ``graph`` (not started) and the mutation attaching them upstream.
         ``attach_now``: the upstream actors are not running yet either (a restart): give
-        them their new outputs directly instead of by mutation."""
-        job = RunningJob(graph)
+        them their new outputs directly instead of by mutation. ``workers``: the worker
+        of each actor (where it runs, with compute nodes)."""
+        job = RunningJob(graph, workers=dict(workers or {}))
+        for fragment in graph.fragments:
+            for actor_id in fragment.actor_ids:
+                self._nodes[actor_id] = self._place(fragment, job.workers.get(actor_id))
         wiring = self._plan_wiring(graph)
         job.channel_ids = wiring.channel_ids
+        here = [a for f in graph.fragments for a in f.actor_ids if self._nodes[a] == self.ends.node]
+        job.actors.update(
+            self.build_actors(
+                graph, wiring.inputs, wiring.dispatchers, here, attach_now, job.inboxes
+            )
+        )
+        by_node: dict[int, list[int]] = {}
         for fragment in graph.fragments:
-            has_inbox = any(isinstance(n, DmlNode | SourceNode) for n in fragment.leaves())
-            for index, actor_id in enumerate(fragment.actor_ids):
-                ctx = ActorContext(
-                    actor_id=actor_id,
-                    fragment_id=fragment.fragment_id,
-                    job_id=graph.job_id,
-                    vnodes=_owned(fragment, index),
-                    services=self.services,
-                )
-                leaf = LeafInputs(wait_committed=self._wait_committed, rebuilt=attach_now)
-                for spec in wiring.inputs.get(actor_id, []):
-                    channel = self.ends.receiver(spec)
-                    leaf.channels.setdefault(spec.upstream_fragment, []).append(channel)
-                if has_inbox:
-                    leaf.inbox = Inbox()
-                    job.inboxes[actor_id] = leaf.inbox
-                root = build_executor(fragment.root, ctx, leaf)
-                dispatchers = [self.ends.dispatcher(d) for d in wiring.dispatchers[actor_id]]
-                job.actors[actor_id] = Actor(ctx, root, dispatchers, self.ends.dispatcher)
+            for actor_id in fragment.actor_ids:
+                if self._nodes[actor_id] != self.ends.node:
+                    by_node.setdefault(self._nodes[actor_id], []).append(actor_id)
+        for node, actor_ids in by_node.items():
+            assert self.remote is not None
+            inputs = {a: wiring.inputs.get(a, []) for a in actor_ids}
+            dispatchers = {a: wiring.dispatchers[a] for a in actor_ids}
+            self.remote.build(node, graph, actor_ids, inputs, dispatchers, attach_now)
+            for fragment in graph.fragments:
+                for index, actor_id in enumerate(fragment.actor_ids):
+                    if actor_id in inputs:
+                        ctx = self._context(graph, fragment, index, actor_id)
+                        job.actors[actor_id] = RemoteActor(ctx, self.remote, node)
         # Backfill progress is summed over these actors once they all reported.
         self.services.backfill.track(
             graph.job_id,
@@ -113,10 +137,66 @@ class StreamRuntime:
         if attach_now:
             for actor_id, specs in wiring.upstream_outputs.items():
                 actor = self._actor(actor_id)
-                actor.dispatchers.extend(self.ends.dispatcher(d) for d in specs)
+                if isinstance(actor, RemoteActor):
+                    assert self.remote is not None
+                    self.remote.add_dispatchers(actor.node, actor_id, specs)
+                else:
+                    actor.dispatchers.extend(self.ends.dispatcher(d) for d in specs)
             return job, None
         outputs = wiring.upstream_outputs
         return job, (AddOutputs(outputs) if outputs else None)
+
+    def build_actors(
+        self,
+        graph: JobGraph,
+        inputs: dict[int, list[ChannelSpec]],
+        dispatchers: dict[int, list[DispatcherSpec]],
+        actor_ids: Collection[int],
+        rebuilt: bool,
+        inboxes: dict[int, Inbox] | None = None,
+    ) -> dict[int, Actor]:
+        """These actors of ``graph``, built here with their channels' ends (from the
+        specs): what a compute node builds of the jobs meta places on it. Actors fed by
+        an inbox get one (in ``inboxes``)."""
+        wanted = set(actor_ids)
+        actors: dict[int, Actor] = {}
+        for fragment in graph.fragments:
+            has_inbox = any(isinstance(n, DmlNode | SourceNode) for n in fragment.leaves())
+            for index, actor_id in enumerate(fragment.actor_ids):
+                if actor_id not in wanted:
+                    continue
+                self._nodes[actor_id] = self.ends.node
+                ctx = self._context(graph, fragment, index, actor_id)
+                leaf = LeafInputs(wait_committed=self._wait_committed, rebuilt=rebuilt)
+                for spec in inputs.get(actor_id, []):
+                    channel = self.ends.receiver(spec)
+                    leaf.channels.setdefault(spec.upstream_fragment, []).append(channel)
+                if has_inbox:
+                    assert inboxes is not None, "an inbox fragment runs where DML arrives"
+                    leaf.inbox = inboxes[actor_id] = Inbox()
+                root = build_executor(fragment.root, ctx, leaf)
+                outputs = [self.ends.dispatcher(d) for d in dispatchers.get(actor_id, [])]
+                actors[actor_id] = Actor(ctx, root, outputs, self.ends.dispatcher)
+        return actors
+
+    def _context(
+        self, graph: JobGraph, fragment: Fragment, index: int, actor_id: int
+    ) -> ActorContext:
+        return ActorContext(
+            actor_id=actor_id,
+            fragment_id=fragment.fragment_id,
+            job_id=graph.job_id,
+            vnodes=_owned(fragment, index),
+            services=self.services,
+        )
+
+    def _place(self, fragment: Fragment, worker: int | None) -> int:
+        """The node an actor of ``fragment`` on ``worker`` runs on."""
+        if self.remote is None or self._node_of_worker is None or worker is None:
+            return self.ends.node
+        if any(isinstance(n, DmlNode | SourceNode) for n in fragment.leaves()):
+            return self.ends.node  # its inbox is filled here
+        return self._node_of_worker(worker)
 
     def _plan_wiring(self, graph: JobGraph) -> _JobWiring:
         wiring = _JobWiring()
@@ -131,14 +211,17 @@ class StreamRuntime:
                     self._attach_scan(node, fragment, wiring)
         return wiring
 
-    def _actor(self, actor_id: int) -> Actor:
+    def _actor(self, actor_id: int) -> Actor | RemoteActor:
         for job in self.jobs.values():
             if actor_id in job.actors:
                 return job.actors[actor_id]
         raise KeyError(f"actor {actor_id} is not running")
 
     def _channel(self, upstream: Fragment, up: int, down: int, wiring: _JobWiring) -> ChannelSpec:
-        spec = ChannelSpec(next(self._channel_ids), up, down, upstream.fragment_id)
+        spec = ChannelSpec(
+            next(self._channel_ids), up, down, upstream.fragment_id,
+            self._nodes.get(up, self.ends.node), self._nodes.get(down, self.ends.node),
+        )  # fmt: skip
         wiring.inputs.setdefault(down, []).append(spec)
         wiring.channel_ids.add(spec.channel_id)
         return spec
@@ -237,9 +320,14 @@ class StreamRuntime:
         """Drop a job whose actors have stopped (after its StopActors barrier)."""
         job = self.jobs.pop(job_id, None)
         if job is not None:
-            self.ends.forget(job.channel_ids)
+            self._release(job)
             for actor_id in job.actors:
                 self.services.barrier_sink.unregister_actor(actor_id)
+
+    def _release(self, job: RunningJob) -> None:
+        self.ends.forget(job.channel_ids)
+        for actor_id in job.actors:
+            self._nodes.pop(actor_id, None)
 
     def actor_tasks(self, job_ids: Iterable[int] | None = None) -> list[asyncio.Task[None]]:
         """The tasks of these jobs' actors (every job's by default), taken before a stop
@@ -263,6 +351,7 @@ class StreamRuntime:
                 while (msg := inbox.get_nowait()) is not None:
                     assert isinstance(msg, StreamChunk), "no barrier follows a stop"
                     pending.append((job.graph.job_id, msg))
+            self._release(job)
         self.jobs.clear()
         return pending
 
@@ -277,8 +366,11 @@ class StreamRuntime:
             job = self.jobs.pop(job_id, None)
             if job is None:
                 continue
+            self._release(job)
             for actor in job.actors.values():
-                if actor.task is not None:
+                if isinstance(actor, RemoteActor):
+                    actor.discard()
+                elif actor.task is not None:
                     actor.task.cancel()
 
     async def shutdown(self) -> None:

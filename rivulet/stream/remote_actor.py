@@ -1,0 +1,103 @@
+"""Actors that run on a compute node, as the runtime of meta holds them.
+
+The runtime places each actor on a node. An actor of this process is an ``Actor``; one
+placed on another node is a ``RemoteActor``: the node builds and runs the real actor,
+and meta keeps this stand-in, with the same surface, so that starting, stopping and
+waiting for actors read the same wherever they run. Its task ends when the node reports
+the actor ended; cancelling the task (a recovery) aborts the actor on its node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+from rivulet.stream.exchange import Dispatcher
+from rivulet.stream.executor import ActorContext
+from rivulet.stream.message import ChannelSpec, DispatcherSpec
+from rivulet.stream.plan import JobGraph
+
+log = logging.getLogger(__name__)
+
+
+class RemoteActorError(RuntimeError):
+    """An actor failed on its compute node (the node's error text), or its node went."""
+
+
+class RemoteActorHost(Protocol):
+    """The compute nodes, as the runtime asks them for actors (meta implements it)."""
+
+    def build(
+        self,
+        node: int,
+        graph: JobGraph,
+        actor_ids: list[int],
+        inputs: dict[int, list[ChannelSpec]],
+        dispatchers: dict[int, list[DispatcherSpec]],
+        rebuilt: bool,
+    ) -> None:
+        """Build these actors of ``graph`` on ``node`` (not started)."""
+        ...
+
+    def add_dispatchers(self, node: int, actor_id: int, specs: list[DispatcherSpec]) -> None:
+        """Give a built actor that has not started more outputs (a restart's scans)."""
+        ...
+
+    def start(self, node: int, actor_id: int) -> asyncio.Future[str | None]:
+        """Start a built actor: resolves when it ended, with its error (None: it
+        stopped at a barrier, or was aborted)."""
+        ...
+
+    def abort(self, node: int, actor_ids: list[int]) -> None:
+        """Cancel these actors (built or running); their uncommitted state is dropped."""
+        ...
+
+
+class RemoteActor:
+    """An actor running on compute node ``node``."""
+
+    def __init__(self, ctx: ActorContext, host: RemoteActorHost, node: int) -> None:
+        self.ctx = ctx
+        self.host = host
+        self.node = node
+        self.dispatchers: list[Dispatcher] = []  # (its dispatchers live on its node)
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> int:
+        return self.ctx.actor_id
+
+    def start(self) -> None:
+        ended = self.host.start(self.node, self.id)
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(ended), name=f"actor-{self.id}@node-{self.node}"
+        )
+
+    def discard(self) -> None:
+        """Abort the actor, started or not."""
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self.host.abort(self.node, [self.id])
+
+    async def _run(self, ended: asyncio.Future[str | None]) -> None:
+        try:
+            error = await ended
+        except asyncio.CancelledError:
+            self.host.abort(self.node, [self.id])
+            raise
+        if error is not None:
+            log.error(
+                "actor %d (fragment %d, job %d) failed on node %d: %s", self.id,
+                self.ctx.fragment_id, self.ctx.job_id, self.node, error,
+            )  # fmt: skip
+            self.ctx.services.barrier_sink.actor_failed(self.id, RemoteActorError(error))
+
+    async def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
