@@ -47,6 +47,7 @@ def connect(
     barrier_interval_ms: int | None = None,
     deterministic: bool = False,
     state_reads: str = "local",
+    compute: str = "in-process",
 ) -> Connection:
     """Open a connection: in memory when ``path`` is None or ":memory:", else to a data
     directory.
@@ -56,8 +57,10 @@ def connect(
     ``deterministic``: barriers only when statements ask for them and no worker threads,
     so that a run replays exactly (tests). ``state_reads="served"``: actors read their
     committed state through the storage service over a loopback socket, as actors in
-    other processes do, not from the store directly. The options apply when the engine opens; a
-    second connection to an open directory shares its engine as it is.
+    other processes do, not from the store directly. ``compute="processes"``: each
+    worker is a compute node process running the actors placed on it (the default runs
+    every actor in this process). The options apply when the engine opens; a second
+    connection to an open directory shares its engine as it is.
     """
     options = EngineOptions(
         workers=workers,
@@ -65,6 +68,7 @@ def connect(
         barrier_interval_ms=barrier_interval_ms,
         deterministic=deterministic,
         state_reads=state_reads,
+        compute=compute,
     )
     if path is None or str(path) == ":memory:":  # ":memory:" as sqlite3 and DuckDB take it
         thread = EngineThread(Engine(None, options))

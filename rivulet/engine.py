@@ -24,6 +24,7 @@ from rivulet.common.errors import Error
 from rivulet.meta.barrier_manager import BarrierManager, FailureDomain, row_errors_writer
 from rivulet.meta.catalog import Catalog, CatalogChange, TableCatalog
 from rivulet.meta.cluster import Cluster
+from rivulet.meta.compute_nodes import ComputeNodes
 from rivulet.meta.ddl_controller import DdlController
 from rivulet.meta.fragments import replace_graph
 from rivulet.meta.recovery import ActorInfo
@@ -41,6 +42,7 @@ from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.plan import MaterializeNode, PlanNode
 from rivulet.stream.row_errors import RowErrorLog
 from rivulet.stream.runtime import StreamRuntime
+from rivulet.stream.wiring import ChannelEnds
 
 T = TypeVar("T")
 
@@ -62,6 +64,9 @@ class EngineOptions:
     # "served": actors read committed state through the storage service over loopback,
     # the path of actors in other processes, instead of from the store's DuckDB.
     state_reads: str = "local"
+    # "processes": every worker is a compute node process of its own, running the
+    # actors placed on it (those fed by an inbox stay here); "in-process": all here.
+    compute: str = "in-process"
 
 
 class EngineServices:
@@ -72,7 +77,9 @@ class EngineServices:
         self.barrier_sink = engine.barrier
         self.row_errors = engine.row_errors
         self.backfill = engine.backfill
-        self.committed_reader = engine.state_service.client if engine.state_service else None
+        service = engine.state_service
+        served = engine.options.state_reads == "served"
+        self.committed_reader = service.client if service is not None and served else None
         self._engine = engine
 
     async def run_blocking(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
@@ -112,6 +119,12 @@ class Engine:
             raise ValueError(
                 f"state_reads must be 'local' or 'served', not {options.state_reads!r}"
             )
+        if options.compute not in ("in-process", "processes"):
+            raise ValueError(
+                f"compute must be 'in-process' or 'processes', not {options.compute!r}"
+            )
+        if options.compute == "processes" and options.deterministic:
+            raise ValueError("a deterministic engine runs every actor in its own process")
         opened = time.monotonic()
         self.store = StateStore(path, options.store)
         self.state_service: StateServiceThread | None = None
@@ -141,10 +154,23 @@ class Engine:
             )
             # Backfill progress reports and rate limits (before the runtime: its services).
             self.backfill = BackfillProgress()
-            if options.state_reads == "served":
+            self.compute_nodes: ComputeNodes | None = None
+            if options.state_reads == "served" or options.compute == "processes":
                 self.state_service = StateServiceThread(self.store)
-                self.state_service.start()
-            self.runtime = StreamRuntime(EngineServices(self))
+                reads = self.state_service.start()
+                if options.compute == "processes":
+                    self.compute_nodes = ComputeNodes(
+                        self.barrier, self.row_errors, self.backfill, reads
+                    )
+            if self.compute_nodes is not None:
+                self.runtime = StreamRuntime(
+                    EngineServices(self),
+                    ChannelEnds(0, self.compute_nodes.peers.connection_to),
+                    remote=self.compute_nodes,
+                    node_of_worker=lambda worker: worker,  # worker i is node i
+                )
+            else:
+                self.runtime = StreamRuntime(EngineServices(self))
             self.ddl = DdlController(
                 self.catalog,
                 self.runtime,
@@ -197,6 +223,8 @@ class Engine:
         if self._restart_since is not None:
             self.barrier.record_restart(self._restart_since)
         self.barrier.start()
+        if self.compute_nodes is not None:
+            await self.compute_nodes.launch([w.id for w in self.cluster.workers])
         self.ddl.creating.progress.restore()
         # Deferred parallelism targets are applied by this rebuild and recorded at once.
         change = CatalogChange()
@@ -351,6 +379,8 @@ class Engine:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.barrier.flush(), timeout_s / 2)
             await self.runtime.shutdown()
+            if self.compute_nodes is not None:
+                await self.compute_nodes.close()
             await self.barrier.stop()
         self.close(deadline)
 
@@ -374,6 +404,8 @@ class Engine:
         self._close_store()
 
     def _close_store(self) -> None:
+        if getattr(self, "compute_nodes", None) is not None:
+            self.compute_nodes.kill()  # type: ignore[union-attr]
         if self.state_service is not None:
             self.state_service.close()
         self.store.close()

@@ -85,6 +85,8 @@ class BarrierManager(BarrierRecovery):
         self._last_injected = store.committed_epoch
         self._committed = store.committed_epoch
         self._waiters: dict[int, list[_Waiter]] = {}
+        # Called with each epoch once it is committed (compute nodes are told).
+        self.on_committed: list[Callable[[int], None]] = []
         # The next epoch to commit (epochs lost to a failure are skipped, never reused).
         self._commit_next = store.committed_epoch + 1
         self._tasks: list[asyncio.Task[None]] = []
@@ -282,6 +284,8 @@ class BarrierManager(BarrierRecovery):
             change.committed()
         self._committed = state.epoch
         self._commit_next = state.epoch + 1
+        for notify in self.on_committed:
+            notify(state.epoch)
         del self._inflight[state.epoch]
         large = (
             sum(len(m) for _, m in state.sealed) >= _RELEASE_AFTER_ROWS

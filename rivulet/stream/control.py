@@ -21,6 +21,9 @@ import pickle
 import struct
 from typing import Any
 
+# The environment variable that gives a compute node the engine's token.
+TOKEN_VARIABLE = "RIVULET_NODE_TOKEN"
+
 _HEADER_LEN = struct.Struct("!I")
 _PAYLOAD_LEN = struct.Struct("!Q")
 

@@ -92,7 +92,11 @@ class StreamServices(Protocol):
 
     # Read-only (properties): an implementation may hold a subtype of each.
     @property
-    def store(self) -> StateStore: ...
+    def store(self) -> StateStore | None:
+        """The store, where it is in this process (a compute node reads through
+        ``committed_reader``)."""
+        ...
+
     @property
     def barrier_sink(self) -> BarrierSink: ...
     @property
@@ -126,7 +130,10 @@ class ActorContext:
         """Reads of committed state beyond a state table's own (a backfill's scans of
         its upstream): through the services' reader, or from the store here."""
         reader = self.services.committed_reader
-        return reader if reader is not None else StoreReader(self.services.store)
+        if reader is not None:
+            return reader
+        assert self.services.store is not None, "no store here and no reader"
+        return StoreReader(self.services.store)
 
     def report_row_errors(self, operator: str, errors: RowErrors | None) -> None:
         """Rows whose expressions failed in ``operator`` (they got NULL instead); safe to

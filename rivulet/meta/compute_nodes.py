@@ -1,0 +1,276 @@
+"""The compute node processes of an engine, as meta starts, drives and stops them.
+
+Each worker of the cluster is one process (``rivulet.stream.compute_node``), node id =
+worker id; meta's own process is node 0. Meta starts a node, gives it the storage
+service's address and the exchanges of the processes already there, and waits until it
+is connected and ready. From then on it is the runtime's ``RemoteActorHost``: actors
+placed on the node's worker are built, started and aborted there, and what the node
+reports comes back into meta's services: barrier collections with the epoch's state
+writes (into the barrier manager, which commits them), actors that ended or failed,
+backfill progress and row errors. Every commit is announced to every node.
+
+A node whose process exits or whose connection breaks fails the actors it ran (meta
+then recovers the dataflow from the last checkpoint).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rivulet.meta.barrier_manager import BarrierManager
+from rivulet.storage.state_service import StateServiceClient
+from rivulet.storage.state_table import MemTable, StateTable, StateTableSchema
+from rivulet.stream.backfill_tracker import BackfillProgress
+from rivulet.stream.control import TOKEN_VARIABLE, ControlConnection, Header
+from rivulet.stream.message import Barrier, ChannelSpec, DispatcherSpec, StopActors
+from rivulet.stream.plan import JobGraph
+from rivulet.stream.remote_exchange import ExchangePeers
+from rivulet.stream.row_errors import RowErrorLog
+
+log = logging.getLogger(__name__)
+
+# How long a node may take to start and connect.
+START_TIMEOUT_S = 60.0
+# How long a node may take to exit once told to.
+STOP_TIMEOUT_S = 5.0
+
+
+@dataclass
+class ComputeNodeProcess:
+    """One compute node: its process and its control connection."""
+
+    node_id: int
+    process: subprocess.Popen[bytes]
+    control: ControlConnection | None = None
+    exchange_port: int = 0
+    pid: int = 0
+    state: str = "starting"  # starting, running, stopped, lost
+    ready: asyncio.Future[None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    jobs: set[int] = field(default_factory=set)
+    # Actors started on it and the futures that resolve when they end.
+    ended: dict[int, asyncio.Future[str | None]] = field(default_factory=dict)
+
+
+class ComputeNodes:
+    """Meta's compute nodes (the ``RemoteActorHost`` of its runtime)."""
+
+    def __init__(
+        self,
+        barrier: BarrierManager,
+        row_errors: RowErrorLog,
+        backfill: BackfillProgress,
+        state_reads: StateServiceClient,
+    ) -> None:
+        self.barrier = barrier
+        self.row_errors = row_errors
+        self.backfill = backfill
+        self.state_reads = state_reads
+        self.token = secrets.token_hex(16)
+        self.peers = ExchangePeers(0, self.token)
+        self.nodes: dict[int, ComputeNodeProcess] = {}
+        self._server: asyncio.Server | None = None
+        self._control_port = 0
+        self._exchange_port = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._joining = asyncio.Lock()
+        barrier.on_committed.append(self._announce_commit)
+
+    # ------------------------------------------------------------- lifecycle
+    async def launch(self, node_ids: list[int]) -> None:
+        """Listen, then start these nodes (together)."""
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._control_port = int(self._server.sockets[0].getsockname()[1])
+        self._exchange_port = await self.peers.listen()
+        await asyncio.gather(*(self.add(node_id) for node_id in node_ids))
+
+    async def add(self, node_id: int) -> ComputeNodeProcess:
+        """Start node ``node_id`` and wait until it is ready (connected to the storage
+        service and to every process that is ready)."""
+        env = dict(os.environ, **{TOKEN_VARIABLE: self.token})
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rivulet.stream.compute_node",
+             "--meta", f"127.0.0.1:{self._control_port}", "--node", str(node_id)],
+            env=env, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        node = self.nodes[node_id] = ComputeNodeProcess(node_id, process)
+        try:
+            await asyncio.wait_for(asyncio.shield(node.ready), START_TIMEOUT_S)
+            await self.peers.wait_for({node_id})
+        except BaseException:
+            process.kill()
+            self.nodes.pop(node_id, None)
+            raise
+        return node
+
+    async def close(self) -> None:
+        for node in self.nodes.values():
+            was, node.state = node.state, "stopped"
+            if node.control is not None and was == "running":
+                node.control.send({"op": "shutdown"})
+                with contextlib.suppress(Exception):
+                    await node.control.drain()
+        for node in self.nodes.values():
+            await _wait_exit(node.process)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        await self.peers.close()
+
+    # ------------------------------------------------------- RemoteActorHost
+    def build(
+        self,
+        node: int,
+        graph: JobGraph,
+        actor_ids: list[int],
+        inputs: dict[int, list[ChannelSpec]],
+        dispatchers: dict[int, list[DispatcherSpec]],
+        rebuilt: bool,
+    ) -> None:
+        target = self._running(node)
+        target.jobs.add(graph.job_id)
+        header = {"op": "build", "rates": {graph.job_id: self.backfill.rate_limit(graph.job_id)}}
+        target.control.send(header, (graph, actor_ids, inputs, dispatchers, rebuilt))  # type: ignore[union-attr]
+
+    def add_dispatchers(self, node: int, actor_id: int, specs: list[DispatcherSpec]) -> None:
+        control = self._running(node).control
+        assert control is not None
+        control.send({"op": "add_dispatchers", "actor": actor_id}, specs)
+
+    def start(self, node: int, actor_id: int) -> asyncio.Future[str | None]:
+        target = self.nodes[node]
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        if target.state != "running" or target.control is None:
+            future.set_result(f"compute node {node} is not running ({target.state})")
+            return future
+        target.ended[actor_id] = future
+        target.control.send({"op": "start", "actor": actor_id})
+        return future
+
+    def abort(self, node: int, actor_ids: list[int]) -> None:
+        target = self.nodes.get(node)
+        if target is None or target.control is None or target.state != "running":
+            return
+        target.control.send({"op": "abort", "actors": actor_ids})
+
+    def _running(self, node: int) -> ComputeNodeProcess:
+        target = self.nodes.get(node)
+        if target is None or target.state != "running" or target.control is None:
+            raise ConnectionError(f"compute node {node} is not running")
+        return target
+
+    # ------------------------------------------------------------ messages
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        control = ControlConnection(reader, writer)
+        try:
+            hello, _ = await control.receive()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+            return
+        node = self.nodes.get(int(hello.get("node", -1)))
+        if node is None or not secrets.compare_digest(str(hello.get("token")), self.token):
+            log.warning("a compute node connection was refused (unknown node or token)")
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        node.control, node.pid = control, int(hello["pid"])
+        host, port = self.state_reads.address
+        try:
+            # One node joins at a time: it connects to every node ready before it, and
+            # those after it connect to it, so that every pair is connected.
+            async with self._joining:
+                peers = [[0, "127.0.0.1", self._exchange_port]] + [
+                    [n.node_id, "127.0.0.1", n.exchange_port]
+                    for n in self.nodes.values()
+                    if n.state == "running"
+                ]
+                control.send(
+                    {"op": "config", "state_host": host, "state_port": port,
+                     "state_token": self.state_reads.token, "peers": peers,
+                     "committed": self.barrier.committed_epoch}
+                )  # fmt: skip
+                ready, _ = await control.receive()
+                node.exchange_port = int(ready["exchange_port"])
+                node.state = "running"
+            node.ready.set_result(None)
+            while True:
+                header, payload = await control.receive()
+                self._on_message(node, header, payload)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            if not node.ready.done():
+                node.ready.set_exception(ConnectionError(f"compute node {node.node_id}: {exc}"))
+        finally:
+            self._tasks.discard(task)
+            self._lost(node)
+
+    def _on_message(self, node: ComputeNodeProcess, header: Header, payload: Any) -> None:
+        op = header["op"]
+        if op == "collected":
+            epoch, actor_id = int(header["epoch"]), int(header["actor"])
+            sealed: list[tuple[StateTableSchema, MemTable]] = payload or []
+            for schema, memtable in sealed:
+                # Meta flushes it by its layout; the node keeps the overlay until told.
+                self.barrier.report_sealed(epoch, StateTable(schema), memtable)
+            mutation = StopActors(frozenset({actor_id})) if header["stops"] else None
+            self.barrier.collect(actor_id, Barrier(epoch, True, mutation))
+        elif op == "ended":
+            future = node.ended.pop(int(header["actor"]), None)
+            if future is not None and not future.done():
+                future.set_result(header["error"])
+        elif op == "progress":
+            self.backfill.report(
+                header["job"], header["actor"], header["epoch"], header["consumed"],
+                header["total"], header["done"],
+            )  # fmt: skip
+        elif op == "row_errors":
+            self.row_errors.record(header["job"], header["fragment"], header["operator"], payload)
+        else:
+            log.warning("compute node %d: unknown message %r", node.node_id, op)
+
+    def _announce_commit(self, epoch: int) -> None:
+        for node in self.nodes.values():
+            if node.control is not None and node.state == "running":
+                rates = {job: self.backfill.rate_limit(job) for job in node.jobs}
+                node.control.send({"op": "committed", "epoch": epoch, "rates": rates})
+
+    def _lost(self, node: ComputeNodeProcess) -> None:
+        """The node's connection is gone: its actors failed (unless it was stopping)."""
+        was = node.state
+        node.state = "stopped" if was == "stopped" else "lost"
+        self.peers.drop(node.node_id)
+        reason = f"compute node {node.node_id} (pid {node.pid}) was lost"
+        for future in node.ended.values():
+            if not future.done():
+                future.set_result(None if was == "stopped" else reason)
+        node.ended.clear()
+        if was == "running":
+            log.error("%s; the actors it ran failed", reason)
+
+    def kill(self) -> None:
+        """End every node now (the engine closes without a shutdown)."""
+        for node in self.nodes.values():
+            node.state = "stopped"
+            if node.process.poll() is None:
+                node.process.kill()
+                node.process.wait()
+
+
+async def _wait_exit(process: subprocess.Popen[bytes]) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(loop.run_in_executor(None, process.wait), STOP_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await loop.run_in_executor(None, process.wait)

@@ -1,0 +1,122 @@
+"""Compute nodes as processes (``compute="processes"``): every worker is an OS process
+that runs the actors placed on it, reading committed state through the storage service
+and sending its epochs' writes with the barriers. The MVs stay exact through DML,
+backfill, reschedules, recovery and drops, and no process outlives the engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+import rivulet
+from rivulet.engine import Engine, EngineOptions
+from rivulet.stream.remote_actor import RemoteActor
+
+VIEWS = {
+    "per_k": "SELECT k, count(*) AS n, sum(v) AS s, max(v) AS m FROM a GROUP BY k",
+    "joined": "SELECT a.id, a.v, b.name FROM a JOIN b ON a.k = b.k",
+    "top": "SELECT id, v FROM a ORDER BY v DESC, id LIMIT 3",
+    # An MV over an MV: its upstream actors run on nodes too.
+    "over_mv": "SELECT n, count(*) AS groups FROM per_k GROUP BY n",
+}
+ORACLE = {
+    "over_mv": f"SELECT n, count(*) FROM ({VIEWS['per_k']}) GROUP BY n",
+}
+
+
+def engine_of(con: rivulet.Connection) -> Engine:
+    return con._thread.engine  # type: ignore[attr-defined,no-any-return]
+
+
+def remote_actors(con: rivulet.Connection) -> dict[int, int]:
+    """How many actors meta placed on each node."""
+    counts: dict[int, int] = {}
+    for job in engine_of(con).runtime.jobs.values():
+        for actor in job.actors.values():
+            if isinstance(actor, RemoteActor):
+                counts[actor.node] = counts.get(actor.node, 0) + 1
+    return counts
+
+
+def check(con: rivulet.Connection, views: dict[str, str] = VIEWS) -> None:
+    con.execute("FLUSH")
+    for name, query in views.items():
+        got = sorted(con.execute(f"SELECT * FROM {name}").fetchall())
+        want = sorted(con.execute(ORACLE.get(name, query)).fetchall())
+        assert got == want, name
+
+
+def write(con: rivulet.Connection, base: int) -> None:
+    con.execute(
+        "INSERT INTO a SELECT i, i % 7, i * 7 % 11 FROM generate_series(%s, %s) t(i)",
+        [base, base + 199],
+    )
+    con.execute("UPDATE a SET v = v + 100, k = (k + 1) % 7 WHERE id % 4 = 0")
+    con.execute("DELETE FROM a WHERE id % 5 = 0")
+    con.execute("UPDATE b SET name = name || '+' WHERE k % 2 = 0")
+
+
+@pytest.fixture
+def con() -> Iterator[rivulet.Connection]:
+    con = rivulet.connect(workers=2, slots=2, compute="processes")
+    try:
+        yield con
+    finally:
+        nodes = engine_of(con).compute_nodes
+        con.close()
+        # No orphans: every node process has exited.
+        assert nodes is not None
+        assert all(n.process.poll() is not None for n in nodes.nodes.values())
+
+
+def test_mvs_run_on_compute_node_processes_and_stay_exact(con: rivulet.Connection) -> None:
+    nodes = engine_of(con).compute_nodes
+    assert nodes is not None and sorted(nodes.nodes) == [1, 2]
+    assert all(n.pid not in (0, os.getpid()) for n in nodes.nodes.values())
+    con.execute("CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT)")
+    con.execute("CREATE TABLE b (k INT PRIMARY KEY, name VARCHAR)")
+    con.execute("INSERT INTO b SELECT i, 'n' || i FROM generate_series(0, 6) t(i)")
+    write(con, 1)  # history the MVs backfill
+    for name, query in VIEWS.items():
+        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    # The MVs' actors run on both nodes (the tables' stay with meta, fed by DML).
+    assert sorted(remote_actors(con)) == [1, 2]
+    check(con)
+    write(con, 1000)
+    check(con)
+
+
+def test_reschedules_recovery_and_drops_keep_them_exact(con: rivulet.Connection) -> None:
+    con.execute("CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT)")
+    con.execute("CREATE TABLE b (k INT PRIMARY KEY, name VARCHAR)")
+    con.execute("INSERT INTO b SELECT i, 'n' || i FROM generate_series(0, 6) t(i)")
+    for name, query in VIEWS.items():
+        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    write(con, 1)
+    con.execute("ALTER MATERIALIZED VIEW per_k SET PARALLELISM = 1")
+    write(con, 2000)
+    check(con)
+    con.execute("ALTER MATERIALIZED VIEW per_k SET PARALLELISM = 4")
+    con.execute("ALTER MATERIALIZED VIEW joined SET PARALLELISM = 3")
+    write(con, 3000)
+    check(con)
+    con.execute("RECOVER")
+    write(con, 4000)
+    check(con)
+    before = sum(remote_actors(con).values())
+    con.execute("DROP MATERIALIZED VIEW top")
+    assert sum(remote_actors(con).values()) < before
+    nodes = engine_of(con).compute_nodes
+    assert nodes is not None
+    # Every actor a node reported ended is gone from its books.
+    running = {a for job in engine_of(con).runtime.jobs.values() for a in job.actors}
+    for node in nodes.nodes.values():
+        assert set(node.ended) <= running
+    check(con, {name: query for name, query in VIEWS.items() if name != "top"})
+
+
+def test_a_compute_mode_is_checked() -> None:
+    with pytest.raises(ValueError, match="compute"):
+        Engine(None, EngineOptions(compute="threads"))
