@@ -2,6 +2,7 @@
 
     python bench/streaming.py [--events 2000000] [--auctions 10000] [--parallelism 1 2]
                               [--only NAME] [--input datagen|nexmark]
+                              [--compute in-process|processes]
 
 Input (``--input datagen``, the default): a ``datagen`` source shaped like Nexmark's
 Bid stream (auction uniform over ``--auctions`` ids, bidder, price, channel, url,
@@ -11,7 +12,9 @@ its auction ids follow Nexmark's rules, so the group count differs). The join re
 ``auction`` table of ``--auctions`` rows.
 
 Each (workload, parallelism) runs in a fresh process: an in-memory instance with one
-worker of ``parallelism`` slots and barriers (checkpoints) every second, as by default.
+worker of ``parallelism`` slots and barriers (checkpoints) every second, as by default;
+with ``--compute processes``, ``parallelism`` workers of one slot, each a compute node
+process of its own (the peak RSS is then meta's alone).
 The clock starts at CREATE MATERIALIZED VIEW (the MV's source actors start generating
 then) and stops once the MV has taken every event (polled with FLUSH); the figure is
 events per second, generation included. Every MV is checked equal to Polars computing
@@ -183,7 +186,10 @@ def run_one(args: argparse.Namespace) -> dict[str, float]:
     """One workload at one parallelism, in this process."""
     workload = next(w for w in WORKLOADS if w.name == args.workload)
     p = args.parallelism
-    con = rivulet.connect(workers=1, slots=p)
+    if args.compute == "processes":
+        con = rivulet.connect(workers=p, slots=1, compute="processes")
+    else:
+        con = rivulet.connect(workers=1, slots=p)
     create_source, options = source_sql(args.input, args.events, args.auctions, p)
     con.execute(create_source)
     con.execute("CREATE TABLE auction (id BIGINT PRIMARY KEY, seller BIGINT, category BIGINT)")
@@ -232,6 +238,7 @@ def main() -> None:
     ap.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", help="run the workloads whose name contains this")
     ap.add_argument("--input", choices=["datagen", "nexmark"], default="datagen")
+    ap.add_argument("--compute", choices=["in-process", "processes"], default="in-process")
     ap.add_argument("--workload", help=argparse.SUPPRESS)  # the child's job
     args = ap.parse_args()
     if args.workload:
@@ -249,7 +256,7 @@ def main() -> None:
             cmd = [
                 sys.executable, __file__, "--workload", w.name, "--parallelism", str(p),
                 "--events", str(args.events), "--auctions", str(args.auctions),
-                "--input", args.input,
+                "--input", args.input, "--compute", args.compute,
             ]  # fmt: skip
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if out.returncode != 0:

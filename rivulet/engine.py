@@ -160,8 +160,9 @@ class Engine:
                 reads = self.state_service.start()
                 if options.compute == "processes":
                     self.compute_nodes = ComputeNodes(
-                        self.barrier, self.row_errors, self.backfill, reads
-                    )
+                        self.barrier, self.row_errors, self.backfill, reads,
+                        self.system.compute_setup_sql(), options.store.memory_limit,
+                    )  # fmt: skip
             if self.compute_nodes is not None:
                 self.runtime = StreamRuntime(
                     EngineServices(self),

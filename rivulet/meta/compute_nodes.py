@@ -30,7 +30,7 @@ from rivulet.storage.state_service import StateServiceClient
 from rivulet.storage.state_table import MemTable, StateTable, StateTableSchema
 from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.control import TOKEN_VARIABLE, ControlConnection, Header
-from rivulet.stream.message import Barrier, ChannelSpec, DispatcherSpec, StopActors
+from rivulet.stream.message import Barrier, ChannelSpec, DispatcherSpec, Message, StopActors
 from rivulet.stream.plan import JobGraph
 from rivulet.stream.remote_exchange import ExchangePeers
 from rivulet.stream.row_errors import RowErrorLog
@@ -70,8 +70,13 @@ class ComputeNodes:
         row_errors: RowErrorLog,
         backfill: BackfillProgress,
         state_reads: StateServiceClient,
+        setup: list[str],
+        memory_limit: str,
     ) -> None:
         self.barrier = barrier
+        # What each node's DuckDB runs first, and its memory limit.
+        self.setup = setup
+        self.memory_limit = memory_limit
         self.row_errors = row_errors
         self.backfill = backfill
         self.state_reads = state_reads
@@ -83,6 +88,7 @@ class ComputeNodes:
         self._exchange_port = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._joining = asyncio.Lock()
+        self.replacements = 0  # nodes started in place of lost ones
         barrier.on_committed.append(self._announce_commit)
 
     # ------------------------------------------------------------- lifecycle
@@ -163,6 +169,18 @@ class ComputeNodes:
             return
         target.control.send({"op": "abort", "actors": actor_ids})
 
+    def node_for(self, node: int, actor_id: int) -> int:
+        target = self.nodes.get(node)
+        if target is not None and target.state == "running":
+            return node
+        running = sorted(n.node_id for n in self.nodes.values() if n.state == "running")
+        return running[actor_id % len(running)] if running else 0
+
+    def deliver(self, node: int, actor_id: int, msg: Message) -> None:
+        target = self.nodes.get(node)
+        if target is not None and target.control is not None and target.state == "running":
+            target.control.send({"op": "inbox", "actor": actor_id}, msg)
+
     def _running(self, node: int) -> ComputeNodeProcess:
         target = self.nodes.get(node)
         if target is None or target.state != "running" or target.control is None:
@@ -199,7 +217,8 @@ class ComputeNodes:
                 control.send(
                     {"op": "config", "state_host": host, "state_port": port,
                      "state_token": self.state_reads.token, "peers": peers,
-                     "committed": self.barrier.committed_epoch}
+                     "committed": self.barrier.committed_epoch, "setup": self.setup,
+                     "memory_limit": self.memory_limit}
                 )  # fmt: skip
                 ready, _ = await control.receive()
                 node.exchange_port = int(ready["exchange_port"])
@@ -256,7 +275,23 @@ class ComputeNodes:
                 future.set_result(None if was == "stopped" else reason)
         node.ended.clear()
         if was == "running":
-            log.error("%s; the actors it ran failed", reason)
+            log.error("%s; the actors it ran failed, a new node %d starts", reason, node.node_id)
+            self.replacements += 1
+            task = asyncio.get_running_loop().create_task(self._replace(node))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _replace(self, lost: ComputeNodeProcess) -> None:
+        """Start a node in place of one that was lost (its process is reaped first)."""
+        if lost.process.poll() is None:
+            lost.process.kill()
+        await asyncio.get_running_loop().run_in_executor(None, lost.process.wait)
+        if self.nodes.get(lost.node_id) is not lost or lost.state == "stopped":
+            return
+        try:
+            await self.add(lost.node_id)
+        except Exception:
+            log.exception("compute node %d could not be replaced", lost.node_id)
 
     def kill(self) -> None:
         """End every node now (the engine closes without a shutdown)."""

@@ -30,6 +30,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -293,6 +294,15 @@ class StateStore:
         # the dataflow and the event loop: every query runs on all but one core.
         config["threads"] = options.threads or max(1, (os.cpu_count() or 2) - 1)
         return config
+
+    @staticmethod
+    def compute_database(options: StoreOptions) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB that computes as the store does (the same settings: integer
+        division, UTC, no external access) and holds no state: a compute node's."""
+        config: Any = StateStore._config(options)
+        con = duckdb.connect(":memory:", config=config)
+        con.execute("SET TimeZone = 'UTC'")
+        return con
 
     def _marked_epoch(self) -> int:
         """The epoch the ``EPOCH`` file says was committed last (0: none, or unreadable:

@@ -9,7 +9,8 @@ and threads of its own: the executors are the ones meta's process runs.
 What an actor needs of the engine comes from ``NodeServices``:
 
 * committed state through the storage service (``StateServiceClient``); the node's own
-  DuckDB, in memory, only computes (it holds no state);
+  DuckDB, in memory and set up as the store (settings, macros meta sends), only
+  computes (it holds no state);
 * at each barrier, the state the node's actors wrote in that epoch goes to meta with the
   barrier's collection (``NodeBarrierSink.collect``); meta commits it with the epoch and
   says so (``committed``), which frees the node's sealed overlays and wakes the actors
@@ -36,6 +37,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from rivulet.storage.state_service import StateServiceClient
+from rivulet.storage.state_store import StateStore, StoreOptions
 from rivulet.storage.state_table import MemTable, StateTable
 from rivulet.stream.actor import Actor
 from rivulet.stream.control import TOKEN_VARIABLE, ControlConnection, Header
@@ -154,14 +156,21 @@ class NodeServices:
     """``StreamServices`` of a compute node."""
 
     def __init__(
-        self, control: ControlConnection, reader: StateServiceClient, committed: int
+        self,
+        control: ControlConnection,
+        reader: StateServiceClient,
+        committed: int,
+        setup: list[str],
+        memory_limit: str,
     ) -> None:
         self.barrier_sink = NodeBarrierSink(control)
         self.row_errors = NodeRowErrors(control)
         self.backfill = NodeBackfill(control)
         self.committed_reader = reader
         self.committed_epoch = committed
-        self._db = duckdb.connect(":memory:")
+        self._db = StateStore.compute_database(StoreOptions(memory_limit=memory_limit))
+        for statement in setup:
+            self._db.execute(statement)
         self._local = threading.local()
         self._pool = ThreadPoolExecutor(NODE_THREADS, thread_name_prefix="node-stream")
         self._waiters: dict[int, list[asyncio.Future[int]]] = {}
@@ -216,6 +225,8 @@ class ComputeNode:
         self.services = services
         self.runtime = StreamRuntime(services, ChannelEnds(node_id, peers.connection_to))
         self.actors: dict[int, Actor] = {}
+        # Inboxes of the node's source actors: meta puts their barriers in.
+        self.inboxes: dict[int, Inbox] = {}
 
     async def serve(self) -> None:
         try:
@@ -237,7 +248,9 @@ class ComputeNode:
             graph, actor_ids, inputs, dispatchers, rebuilt = payload
             await self.peers.wait_for(_nodes_of(inputs, dispatchers))
             self.actors.update(
-                self.runtime.build_actors(graph, inputs, dispatchers, actor_ids, rebuilt)
+                self.runtime.build_actors(
+                    graph, inputs, dispatchers, actor_ids, rebuilt, self.inboxes
+                )
             )
             self._rates(header)
         elif op == "add_dispatchers":
@@ -250,6 +263,10 @@ class ComputeNode:
             actor.start()
             assert actor.task is not None
             actor.task.add_done_callback(partial(self._ended, actor.id))
+        elif op == "inbox":
+            inbox = self.inboxes.get(header["actor"])
+            if inbox is not None:
+                inbox.put(payload)
         elif op == "abort":
             await self._abort(header["actors"])
         elif op == "committed":
@@ -270,6 +287,7 @@ class ComputeNode:
                 continue
             if actor.task is None:  # built, never started: nothing to report
                 del self.actors[actor_id]
+                self.inboxes.pop(actor_id, None)
             else:
                 actor.task.cancel()
                 tasks.append(actor.task)
@@ -278,6 +296,7 @@ class ComputeNode:
 
     def _ended(self, actor_id: int, _task: object) -> None:
         self.actors.pop(actor_id, None)
+        self.inboxes.pop(actor_id, None)
         error = self.services.barrier_sink.failures.pop(actor_id, None)
         self.control.send({"op": "ended", "actor": actor_id, "error": error})
 
@@ -303,7 +322,9 @@ async def run(meta_host: str, meta_port: int, node_id: int, token: str) -> None:
     port = await peers.listen()
     for peer, host, peer_port in config["peers"]:
         await peers.connect(peer, host, peer_port)
-    services = NodeServices(control, reads, config["committed"])
+    services = NodeServices(
+        control, reads, config["committed"], config["setup"], config["memory_limit"]
+    )
     control.send({"op": "ready", "exchange_port": port})
     node = ComputeNode(node_id, control, peers, services)
     try:

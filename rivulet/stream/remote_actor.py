@@ -15,7 +15,8 @@ from typing import Protocol
 
 from rivulet.stream.exchange import Dispatcher
 from rivulet.stream.executor import ActorContext
-from rivulet.stream.message import ChannelSpec, DispatcherSpec
+from rivulet.stream.inbox import Inbox
+from rivulet.stream.message import ChannelSpec, DispatcherSpec, Message
 from rivulet.stream.plan import JobGraph
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,34 @@ class RemoteActorHost(Protocol):
     def abort(self, node: int, actor_ids: list[int]) -> None:
         """Cancel these actors (built or running); their uncommitted state is dropped."""
         ...
+
+    def node_for(self, node: int, actor_id: int) -> int:
+        """Where to build an actor placed on ``node``: there while it runs, else on
+        another node that runs (its actors come back to it at the next rebuild once it
+        is replaced), else here (0)."""
+        ...
+
+    def deliver(self, node: int, actor_id: int, msg: Message) -> None:
+        """Put ``msg`` in the inbox of actor ``actor_id`` on ``node`` (in order)."""
+        ...
+
+
+class RemoteInbox(Inbox):
+    """The inbox of a source actor on a compute node, as meta's barrier manager fills
+    it: what is put here is put, in order, in the actor's inbox on its node. Only
+    barriers come this way (DML stays where its table's actors are)."""
+
+    def __init__(self, host: RemoteActorHost, node: int, actor_id: int) -> None:
+        super().__init__()
+        self.host = host
+        self.node = node
+        self.actor_id = actor_id
+
+    def put(self, msg: Message) -> None:
+        self.host.deliver(self.node, self.actor_id, msg)
+
+    def get_nowait(self) -> Message | None:
+        return None  # nothing waits here: messages are on the node
 
 
 class RemoteActor:

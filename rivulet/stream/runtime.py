@@ -32,7 +32,7 @@ from rivulet.stream.plan import (
     SourceNode,
     StreamScanNode,
 )
-from rivulet.stream.remote_actor import RemoteActor, RemoteActorHost
+from rivulet.stream.remote_actor import RemoteActor, RemoteActorHost, RemoteInbox
 from rivulet.stream.wiring import ChannelEnds
 
 
@@ -66,7 +66,8 @@ class _JobWiring:
 class StreamRuntime:
     """The actors of this process's jobs. With ``remote`` (compute nodes), an actor goes
     to the node of its worker (``node_of_worker``) and is held here as a
-    ``RemoteActor``; actors fed by an inbox (DML, connectors) stay in this process."""
+    ``RemoteActor`` (a source actor's barriers go to it through a ``RemoteInbox``);
+    actors whose inbox statements fill (a table's DML) stay in this process."""
 
     def __init__(
         self,
@@ -100,7 +101,7 @@ class StreamRuntime:
         job = RunningJob(graph, workers=dict(workers or {}))
         for fragment in graph.fragments:
             for actor_id in fragment.actor_ids:
-                self._nodes[actor_id] = self._place(fragment, job.workers.get(actor_id))
+                self._nodes[actor_id] = self._place(fragment, actor_id, job.workers.get(actor_id))
         wiring = self._plan_wiring(graph)
         job.channel_ids = wiring.channel_ids
         here = [a for f in graph.fragments for a in f.actor_ids if self._nodes[a] == self.ends.node]
@@ -120,10 +121,13 @@ class StreamRuntime:
             dispatchers = {a: wiring.dispatchers[a] for a in actor_ids}
             self.remote.build(node, graph, actor_ids, inputs, dispatchers, attach_now)
             for fragment in graph.fragments:
+                has_inbox = any(isinstance(n, SourceNode) for n in fragment.leaves())
                 for index, actor_id in enumerate(fragment.actor_ids):
                     if actor_id in inputs:
                         ctx = self._context(graph, fragment, index, actor_id)
                         job.actors[actor_id] = RemoteActor(ctx, self.remote, node)
+                        if has_inbox:
+                            job.inboxes[actor_id] = RemoteInbox(self.remote, node, actor_id)
         # Backfill progress is summed over these actors once they all reported.
         self.services.backfill.track(
             graph.job_id,
@@ -190,13 +194,13 @@ class StreamRuntime:
             services=self.services,
         )
 
-    def _place(self, fragment: Fragment, worker: int | None) -> int:
-        """The node an actor of ``fragment`` on ``worker`` runs on."""
+    def _place(self, fragment: Fragment, actor_id: int, worker: int | None) -> int:
+        """The node actor ``actor_id`` of ``fragment``, on ``worker``, runs on."""
         if self.remote is None or self._node_of_worker is None or worker is None:
             return self.ends.node
-        if any(isinstance(n, DmlNode | SourceNode) for n in fragment.leaves()):
-            return self.ends.node  # its inbox is filled here
-        return self._node_of_worker(worker)
+        if any(isinstance(n, DmlNode) for n in fragment.leaves()):
+            return self.ends.node  # statements fill its inbox here
+        return self.remote.node_for(self._node_of_worker(worker), actor_id)
 
     def _plan_wiring(self, graph: JobGraph) -> _JobWiring:
         wiring = _JobWiring()

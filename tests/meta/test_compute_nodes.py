@@ -6,6 +6,8 @@ backfill, reschedules, recovery and drops, and no process outlives the engine.""
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -120,3 +122,47 @@ def test_reschedules_recovery_and_drops_keep_them_exact(con: rivulet.Connection)
 def test_a_compute_mode_is_checked() -> None:
     with pytest.raises(ValueError, match="compute"):
         Engine(None, EngineOptions(compute="threads"))
+
+
+def test_a_killed_node_is_recovered_from_the_checkpoint_and_replaced(
+    con: rivulet.Connection,
+) -> None:
+    con.execute("CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT)")
+    con.execute("CREATE TABLE b (k INT PRIMARY KEY, name VARCHAR)")
+    con.execute("INSERT INTO b SELECT i, 'n' || i FROM generate_series(0, 6) t(i)")
+    for name, query in VIEWS.items():
+        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    write(con, 1)
+    check(con)
+    nodes = engine_of(con).compute_nodes
+    assert nodes is not None
+    victim = nodes.nodes[1]
+    old_pid = victim.pid
+    os.kill(old_pid, signal.SIGKILL)
+    # Statements meanwhile may fail (their epoch was lost); none hangs, and the
+    # dataflow goes on from the last checkpoint without the node.
+    deadline = time.monotonic() + 60
+    base = 5000
+    while True:
+        try:
+            write(con, base)
+            con.execute("FLUSH")
+            break
+        except rivulet.Error:
+            assert time.monotonic() < deadline, "the dataflow did not recover"
+            base += 1000
+            time.sleep(0.2)
+    check(con)
+    # The node is replaced (a new process), and the recovery says why.
+    while not (nodes.nodes[1].state == "running" and nodes.nodes[1].pid != old_pid):
+        assert time.monotonic() < deadline, "the node was not replaced"
+        time.sleep(0.1)
+    assert victim.process.poll() is not None  # the dead one was reaped
+    reasons = [r[0] for r in con.execute("SELECT reason FROM rw_recovery_events").fetchall()]
+    # (The reason names the error's kind: the node's actors failed with it.)
+    assert "RemoteActorError" in reasons or "ConnectionResetError" in reasons, reasons
+    # A reschedule puts actors on the new node again; the MVs stay exact.
+    con.execute("ALTER MATERIALIZED VIEW per_k SET PARALLELISM = 4")
+    assert 1 in remote_actors(con)
+    write(con, 90000)
+    check(con)

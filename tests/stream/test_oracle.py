@@ -334,6 +334,8 @@ class OracleMachine(RuleBasedStateMachine):
     parallelisms: tuple[str, ...] = ("default",)
     # "served": every actor reads its committed state through the storage service.
     state_reads = "local"
+    # "processes": the actors run on compute node processes (not deterministic then).
+    compute = "in-process"
     prelude = True  # run PRELUDE after the setup
 
     def __init__(self) -> None:
@@ -341,8 +343,9 @@ class OracleMachine(RuleBasedStateMachine):
         self.con = rivulet.connect(
             workers=self.workers,
             slots=self.slots,
-            deterministic=True,
+            deterministic=self.compute == "in-process",
             state_reads=self.state_reads,
+            compute=self.compute,
         )
         self.cur = self.con.cursor()
         self.oracle = Oracle()
@@ -540,6 +543,13 @@ class ServedParallelism3(Parallelism3):
     state_reads = "served"
 
 
+class ProcessesParallelism3(Parallelism3):
+    """Parallelism3 on compute nodes: three worker processes of one slot each."""
+
+    workers, slots = 3, 1
+    compute = "processes"
+
+
 class LongParallelism1(Parallelism1):
     prelude = False
 
@@ -565,7 +575,9 @@ _LONG = settings(
 
 
 @pytest.mark.parametrize(
-    "machine", [Parallelism1, Parallelism3, ServedParallelism3], ids=["p1", "p3", "p3-served"]
+    "machine",
+    [Parallelism1, Parallelism3, ServedParallelism3, ProcessesParallelism3],
+    ids=["p1", "p3", "p3-served", "p3-processes"],
 )
 def test_every_shape_matches_the_oracle(machine: type[OracleMachine]) -> None:
     run_state_machine_as_test(machine, settings=_FIXED)

@@ -71,6 +71,13 @@ class SystemCatalog:
     def view(self, schema: str, name: str) -> SystemView | None:
         return self._by_name.get((schema, name))
 
+    def compute_setup_sql(self) -> list[str]:
+        """What a DuckDB that only computes (a compute node's) needs to evaluate what
+        streaming jobs evaluate: the macros that read nothing."""
+        out = [f"CREATE SCHEMA IF NOT EXISTS {SYS_SCHEMA}"]
+        out += [f"CREATE MACRO {SYS_SCHEMA}.{name}{body}" for name, body in PURE.items()]
+        return out
+
     def setup_sql(self) -> list[str]:
         """The statements that create ``rw_sys`` afresh: macros that read nothing, the
         internal views, the system views, then the macros that read them."""
