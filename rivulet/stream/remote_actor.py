@@ -13,6 +13,7 @@ import asyncio
 import logging
 from typing import Protocol
 
+from rivulet.stream.actor import cancel_and_wait
 from rivulet.stream.exchange import Dispatcher
 from rivulet.stream.executor import ActorContext
 from rivulet.stream.inbox import Inbox
@@ -124,9 +125,4 @@ class RemoteActor:
             self.ctx.services.barrier_sink.actor_failed(self.id, RemoteActorError(error))
 
     async def stop(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-            try:
-                await self.task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self.task)

@@ -60,6 +60,15 @@ def write(con: rivulet.Connection, base: int) -> None:
     con.execute("UPDATE b SET name = name || '+' WHERE k % 2 = 0")
 
 
+def create_views(con: rivulet.Connection) -> None:
+    """The tables (b filled) and every view of ``VIEWS`` over them."""
+    con.execute("CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT)")
+    con.execute("CREATE TABLE b (k INT PRIMARY KEY, name VARCHAR)")
+    con.execute("INSERT INTO b SELECT i, 'n' || i FROM generate_series(0, 6) t(i)")
+    for name, query in VIEWS.items():
+        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+
+
 @pytest.fixture
 def con() -> Iterator[rivulet.Connection]:
     con = rivulet.connect(workers=2, slots=2, compute="processes")
@@ -91,11 +100,7 @@ def test_mvs_run_on_compute_node_processes_and_stay_exact(con: rivulet.Connectio
 
 
 def test_reschedules_recovery_and_drops_keep_them_exact(con: rivulet.Connection) -> None:
-    con.execute("CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT)")
-    con.execute("CREATE TABLE b (k INT PRIMARY KEY, name VARCHAR)")
-    con.execute("INSERT INTO b SELECT i, 'n' || i FROM generate_series(0, 6) t(i)")
-    for name, query in VIEWS.items():
-        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    create_views(con)
     write(con, 1)
     con.execute("ALTER MATERIALIZED VIEW per_k SET PARALLELISM = 1")
     write(con, 2000)
@@ -127,11 +132,7 @@ def test_a_compute_mode_is_checked() -> None:
 def test_a_killed_node_is_recovered_from_the_checkpoint_and_replaced(
     con: rivulet.Connection,
 ) -> None:
-    con.execute("CREATE TABLE a (id INT PRIMARY KEY, k INT, v INT)")
-    con.execute("CREATE TABLE b (k INT PRIMARY KEY, name VARCHAR)")
-    con.execute("INSERT INTO b SELECT i, 'n' || i FROM generate_series(0, 6) t(i)")
-    for name, query in VIEWS.items():
-        con.execute(f"CREATE MATERIALIZED VIEW {name} AS {query}")
+    create_views(con)
     write(con, 1)
     check(con)
     nodes = engine_of(con).compute_nodes
