@@ -5,6 +5,7 @@ oracle), pacing, offsets that survive a restart or recovery, DROP, and bad optio
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from rivulet.common.types import (
 )
 from rivulet.stream.connectors import ColumnSpec, Connector, open_connector, prepare_source
 from rivulet.stream.connectors.nexmark import BASE_TIME_MS, TABLE_COLUMNS
+from rivulet.stream.executors.source import SourceExecutor
 
 
 # ------------------------------------------------------------------- helpers
@@ -521,6 +523,50 @@ def test_sources_pace_themselves(conn: rivulet.Connection) -> None:
         # Never ahead of the pace (a barrier's worth of slack), and not far behind.
         assert n1[table] <= rate * (time.monotonic() - created) + rate * 0.2, table
         assert (n1[table] - n0[table]) / (t1 - t0) >= rate * 0.5, (table, n0, n1)
+
+
+def test_a_source_waits_for_the_commit_instead_of_running_ahead() -> None:
+    """While commits stall, a fast source stops after a couple of epochs (its rows
+    wait at the source, not in memory) and passes barriers on; it resumes once they
+    commit, and the table holds every row once."""
+    conn = rivulet.connect(workers=1, slots=1, barrier_interval_ms=20)
+    try:
+        engine = conn._thread.engine  # type: ignore[attr-defined]
+        store = engine.store
+        gate = threading.Event()
+        gate.set()
+        commit_epoch = store.commit_epoch
+
+        def gated_commit(*args: object, **kwargs: object) -> None:
+            gate.wait()
+            commit_epoch(*args, **kwargs)
+
+        store.commit_epoch = gated_commit
+        conn.execute(DATAGEN_TABLE.format(name="t", end=50_000_000, rate=5_000_000, splits=1))
+        sources = [
+            actor.root
+            for job in engine.runtime.jobs.values()
+            for actor in job.actors.values()
+            if isinstance(actor.root, SourceExecutor)
+        ]
+        assert len(sources) == 1
+        source = sources[0]
+        wait_until(lambda: source.rows_emitted > 0)
+        gate.clear()
+        time.sleep(1.0)
+        stalled = source.rows_emitted
+        injected = engine.barrier.write_epoch
+        time.sleep(1.0)
+        assert source.rows_emitted == stalled
+        assert engine.barrier.write_epoch > injected + 5  # barriers went on meanwhile
+        gate.set()
+        wait_until(lambda: source.rows_emitted > stalled)
+        wait_until(lambda: count(conn, "t") > stalled)
+        conn.execute("FLUSH")
+        assert rows(conn, "SELECT count(*) = count(DISTINCT v), min(v) FROM t") == [(True, 1)]
+    finally:
+        gate.set()
+        conn.close()
 
 
 def test_offsets_survive_a_restart(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -15,6 +15,11 @@ commit). Rows are paced per split (``datagen.rows.per.second``, nexmark's event 
 stall a split catches up at most a second's worth): the rows due go out when a barrier
 comes and in between at most every half second. Unpaced sources generate as fast as
 possible. Chunks hold up to ``chunk_rows`` rows and are generated off the event loop.
+
+Back-pressure from the commit: a source that passed ``MAX_EPOCHS_AHEAD`` barriers whose
+epochs are not committed yet generates nothing until the oldest of them commits (rows
+wait at the source, not in memory downstream or in the commit queue). It never holds a
+barrier for that: a barrier that comes meanwhile goes on at once.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from rivulet.stream.message import Barrier, Message
 _MIN_WAIT = 0.5
 # A paced split that fell further behind than this (seconds) catches up only this much.
 _MAX_LAG = 1.0
+# A source generates rows while fewer than this many of the epochs it passed are not
+# committed: with two, the next epoch's rows are generated while the last one commits.
+MAX_EPOCHS_AHEAD = 2
 
 
 def home_vnode(split: int, split_num: int) -> int:
@@ -81,6 +89,10 @@ class SourceExecutor(Executor):
         # An unpaced source generates its next chunk while the one before travels down
         # its actor (generation runs off the loop): the chunk and the offsets after it.
         self._ahead: asyncio.Future[tuple[pa.Table, dict[int, int]]] | None = None
+        # Epochs of the barriers passed since the last known commit, and that commit.
+        self._passed: list[int] = []
+        self._committed = 0
+        self._commit_wait: asyncio.Future[int] | None = None
 
     async def execute(self) -> AsyncIterator[Message]:
         first = await self.inbox.get()
@@ -89,7 +101,7 @@ class SourceExecutor(Executor):
         yield first
         if first.stops(self.ctx.actor_id):
             return
-        await self.wait_committed(first.epoch)
+        self._committed = await self.wait_committed(first.epoch)
         committed = await self.ctx.run_blocking(self._load_offsets)
         self.offsets = {s: committed.get(s, 0) for s in self.splits}
         self._start_offsets = dict(self.offsets)
@@ -99,6 +111,10 @@ class SourceExecutor(Executor):
         try:
             while True:
                 msg = self.inbox.get_nowait()
+                if msg is None and (commit := self._commit_lag()) is not None:
+                    msg = await self._wait_commit_or_barrier(commit)
+                    if msg is None:
+                        continue
                 if msg is None:
                     now = loop.time()
                     plan = self._due(now)
@@ -124,7 +140,7 @@ class SourceExecutor(Executor):
                 if self._ahead is not None:
                     yield await self._take_ahead(read_ahead=False)
                     last_emit = loop.time()
-                plan = self._due(loop.time())
+                plan = self._due(loop.time()) if self._commit_lag() is None else []
                 if plan and not self._unpaced:
                     yield await self._emit(plan)
                     last_emit = loop.time()
@@ -133,10 +149,40 @@ class SourceExecutor(Executor):
                 yield msg
                 if msg.stops(self.ctx.actor_id):
                     return
+                if msg.checkpoint:
+                    self._passed.append(msg.epoch)
         finally:
             if self._ahead is not None:  # stopped or cancelled: the read-ahead is dropped
                 self._ahead.cancel()
                 self._ahead = None
+            if self._commit_wait is not None:
+                self._commit_wait.cancel()
+                self._commit_wait = None
+
+    # ------------------------------------------------------- back-pressure
+    def _commit_lag(self) -> asyncio.Future[int] | None:
+        """The commit to wait for before generating more rows (None: go on)."""
+        if self._commit_wait is not None and self._commit_wait.done():
+            self._committed = max(self._committed, self._commit_wait.result())
+            self._commit_wait = None
+        self._passed = [e for e in self._passed if e > self._committed]
+        if len(self._passed) < MAX_EPOCHS_AHEAD:
+            return None
+        if self._commit_wait is None:
+            self._commit_wait = asyncio.ensure_future(
+                self.wait_committed(self._passed[-MAX_EPOCHS_AHEAD])
+            )
+        return self._commit_wait
+
+    async def _wait_commit_or_barrier(self, commit: asyncio.Future[int]) -> Message | None:
+        """The next inbox message if it comes before ``commit`` (None: committed)."""
+        get = asyncio.ensure_future(self.inbox.get())
+        try:
+            await asyncio.wait({get, commit}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not get.done():
+                get.cancel()  # a cancelled Queue.get leaves its message in the queue
+        return get.result() if get.done() and not get.cancelled() else None
 
     async def _emit(
         self, plan: list[tuple[int, int, int]], *, read_ahead: bool = False
