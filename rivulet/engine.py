@@ -30,7 +30,13 @@ from rivulet.meta.fragments import replace_graph
 from rivulet.meta.recovery import ActorInfo
 from rivulet.meta.system_params import SystemParams
 from rivulet.sql.context import FrontendContext
-from rivulet.sql.functions import SIGNAL_BACKEND_FUNCTION
+from rivulet.sql.functions import (
+    ACTOR_PID_FUNCTION,
+    SIGNAL_BACKEND_FUNCTION,
+    WORKER_PID_FUNCTION,
+    WORKER_PORT_FUNCTION,
+    WORKER_STATE_FUNCTION,
+)
 from rivulet.sql.handlers import STATEMENT_HANDLERS
 from rivulet.sql.planner.table import table_plan
 from rivulet.sql.query_pool import QueryPool
@@ -133,6 +139,7 @@ class Engine:
         try:
             self.catalog = Catalog(self.store)
             self.system = SystemCatalog()
+            self._register_placement_functions()  # the system views call them
             self.store.run_setup(self.system.setup_sql())
             self.params = SystemParams(self.store)
             self.cluster = Cluster(self.store, workers=options.workers, slots=options.slots)
@@ -261,6 +268,54 @@ class Engine:
         root.table_name = table.name
         root.state_schema = table.state_schema()
         return root
+
+    def _register_placement_functions(self) -> None:
+        """rw_worker_nodes and rw_actors show the processes as they are now."""
+        self.store.register_function(
+            WORKER_STATE_FUNCTION,
+            lambda ids: pa.array([self._worker_status(i)[0] for i in ids.to_pylist()]),
+            ["INTEGER"],
+            "VARCHAR",
+        )
+        self.store.register_function(
+            WORKER_PID_FUNCTION,
+            lambda ids: pa.array([self._worker_status(i)[1] for i in ids.to_pylist()], pa.int32()),
+            ["INTEGER"],
+            "INTEGER",
+        )
+        self.store.register_function(
+            WORKER_PORT_FUNCTION,
+            lambda ids: pa.array([self._worker_status(i)[2] for i in ids.to_pylist()], pa.int32()),
+            ["INTEGER"],
+            "INTEGER",
+        )
+        self.store.register_function(
+            ACTOR_PID_FUNCTION,
+            lambda ids: pa.array([self._actor_pid(i) for i in ids.to_pylist()], pa.int32()),
+            ["INTEGER"],
+            "INTEGER",
+        )
+
+    def _worker_status(self, worker_id: int | None) -> tuple[str | None, int | None, int | None]:
+        """A worker's state, process id and exchange port (called on a query thread).
+        In-process workers run in this process, with no port of their own."""
+        if worker_id is None:
+            return None, None, None
+        nodes = getattr(self, "compute_nodes", None)
+        if nodes is None:
+            return "RUNNING", os.getpid(), None
+        return nodes.status(worker_id)
+
+    def _actor_pid(self, actor_id: int | None) -> int | None:
+        runtime: StreamRuntime | None = getattr(self, "runtime", None)
+        if actor_id is None or runtime is None:
+            return None
+        node = runtime.node_of(actor_id)
+        if node is None:
+            return None
+        if node == runtime.ends.node:
+            return os.getpid()
+        return self._worker_status(node)[1]  # worker i is node i
 
     def _signal_backends(self, pids: pa.Array, terminate: pa.Array) -> pa.Array:
         """pg_cancel_backend / pg_terminate_backend, over a batch of rows (called by

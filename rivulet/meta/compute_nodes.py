@@ -176,6 +176,14 @@ class ComputeNodes:
         running = sorted(n.node_id for n in self.nodes.values() if n.state == "running")
         return running[actor_id % len(running)] if running else 0
 
+    def status(self, node: int) -> tuple[str, int | None, int | None]:
+        """A node's state (STARTING, RUNNING, LOST while it is replaced, STOPPED),
+        process id and exchange port."""
+        target = self.nodes.get(node)
+        if target is None:
+            return "STOPPED", None, None
+        return target.state.upper(), target.process.pid, target.exchange_port or None
+
     def deliver(self, node: int, actor_id: int, msg: Message) -> None:
         target = self.nodes.get(node)
         if target is not None and target.control is not None and target.state == "running":

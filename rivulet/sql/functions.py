@@ -443,6 +443,13 @@ SESSION_FUNCTIONS = frozenset(
 # The DuckDB function (registered by the engine) that pg_cancel_backend and
 # pg_terminate_backend call: (pid INTEGER, terminate BOOLEAN) -> BOOLEAN.
 SIGNAL_BACKEND_FUNCTION = "rw_signal_backend"
+# The DuckDB functions (registered by the engine) that show where the dataflow runs now:
+# a worker's state, process id and exchange port (worker id INTEGER), the process id an
+# actor runs in (actor id INTEGER; NULL when it does not run).
+WORKER_STATE_FUNCTION = "rw_worker_state"
+WORKER_PID_FUNCTION = "rw_worker_pid"
+WORKER_PORT_FUNCTION = "rw_worker_port"
+ACTOR_PID_FUNCTION = "rw_actor_pid"
 # Typed nodes sqlglot makes of session functions, with the PostgreSQL name of each.
 SESSION_NODE_NAMES: dict[type[exp.Expr], str] = {
     t: name

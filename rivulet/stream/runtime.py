@@ -333,6 +333,10 @@ class StreamRuntime:
         for actor_id in job.actors:
             self._nodes.pop(actor_id, None)
 
+    def node_of(self, actor_id: int) -> int | None:
+        """The node an actor runs on (None: it is not built)."""
+        return self._nodes.get(actor_id)
+
     def actor_tasks(self, job_ids: Iterable[int] | None = None) -> list[asyncio.Task[None]]:
         """The tasks of these jobs' actors (every job's by default), taken before a stop
         barrier so that the wait for them is not confused by actors started later."""

@@ -42,6 +42,15 @@ def remote_actors(con: rivulet.Connection) -> dict[int, int]:
     return counts
 
 
+def processes(con: rivulet.Connection) -> tuple[dict[int, tuple[str, int]], set[int]]:
+    """rw_worker_nodes' (state, pid) per worker, and the pids rw_actors shows."""
+    workers = {
+        r[0]: (r[1], r[2]) for r in con.execute("SELECT id, state, pid FROM rw_worker_nodes")
+    }
+    actors = {r[0] for r in con.execute("SELECT pid FROM rw_actors")}
+    return workers, actors
+
+
 def check(con: rivulet.Connection, views: dict[str, str] = VIEWS) -> None:
     con.execute("FLUSH")
     for name, query in views.items():
@@ -97,6 +106,10 @@ def test_mvs_run_on_compute_node_processes_and_stay_exact(con: rivulet.Connectio
     check(con)
     write(con, 1000)
     check(con)
+    # The catalog shows the processes: each worker's, and which one each actor runs in.
+    workers, actor_pids = processes(con)
+    assert workers == {n: ("RUNNING", nodes.nodes[n].pid) for n in (1, 2)}
+    assert actor_pids == {os.getpid(), nodes.nodes[1].pid, nodes.nodes[2].pid}
 
 
 def test_reschedules_recovery_and_drops_keep_them_exact(con: rivulet.Connection) -> None:
@@ -159,6 +172,8 @@ def test_a_killed_node_is_recovered_from_the_checkpoint_and_replaced(
         assert time.monotonic() < deadline, "the node was not replaced"
         time.sleep(0.1)
     assert victim.process.poll() is not None  # the dead one was reaped
+    workers, actor_pids = processes(con)
+    assert workers[1] == ("RUNNING", nodes.nodes[1].pid) and old_pid not in actor_pids
     reasons = [r[0] for r in con.execute("SELECT reason FROM rw_recovery_events").fetchall()]
     # (The reason names the error's kind: the node's actors failed with it.)
     assert "RemoteActorError" in reasons or "ConnectionResetError" in reasons, reasons

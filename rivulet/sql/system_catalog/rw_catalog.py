@@ -5,6 +5,12 @@ unqualified as in RisingWave. RisingWave's columns come first, Rivulet's after."
 from __future__ import annotations
 
 from rivulet.meta.catalog import DEFAULT_DATABASE
+from rivulet.sql.functions import (
+    ACTOR_PID_FUNCTION,
+    WORKER_PID_FUNCTION,
+    WORKER_PORT_FUNCTION,
+    WORKER_STATE_FUNCTION,
+)
 from rivulet.sql.system_catalog.base import (
     DATABASE_OID,
     SYS_SCHEMA,
@@ -208,13 +214,17 @@ def streaming_views() -> list[SystemView]:
             "rw_catalog",
             "rw_actors",
             "actor_id:integer, fragment_id:integer, worker_id:integer, state:varchar,"
-            " vnode_count:integer",
+            " vnode_count:integer, pid:integer",
             {
                 "actor_id": "a.actor_id",
                 "fragment_id": "a.fragment_id",
                 "worker_id": "a.worker_id",
-                "state": "'RUNNING'",
+                "state": f"CASE WHEN {ACTOR_PID_FUNCTION}(a.actor_id) IS NULL"
+                " THEN 'INACTIVE' ELSE 'RUNNING' END",
                 "vnode_count": "a.vnode_count",
+                # The process it runs in now: its worker's, or another's while that
+                # worker's process is replaced.
+                "pid": f"{ACTOR_PID_FUNCTION}(a.actor_id)",
             },
             "meta.actors a",
         ),
@@ -222,16 +232,17 @@ def streaming_views() -> list[SystemView]:
             "rw_catalog",
             "rw_worker_nodes",
             "id:integer, host:varchar, port:integer, type:varchar, state:varchar,"
-            " parallelism:integer, is_streaming:boolean, is_serving:boolean",
+            " parallelism:integer, is_streaming:boolean, is_serving:boolean, pid:integer",
             {
                 "id": "w.id",
                 "host": "w.host",
-                "port": "w.port",
+                "port": f"coalesce({WORKER_PORT_FUNCTION}(w.id), w.port)",
                 "type": "'WORKER_TYPE_COMPUTE_NODE'",
-                "state": "'RUNNING'",
+                "state": f"{WORKER_STATE_FUNCTION}(w.id)",
                 "parallelism": "w.slots",
                 "is_streaming": "true",
                 "is_serving": "true",
+                "pid": f"{WORKER_PID_FUNCTION}(w.id)",
             },
             "meta.workers w",
         ),

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -176,9 +177,10 @@ class SourceExecutor(Executor):
 
     async def _wait_commit_or_barrier(self, commit: asyncio.Future[int]) -> Message | None:
         """The next inbox message if it comes before ``commit`` (None: committed)."""
-        get = asyncio.ensure_future(self.inbox.get())
+        get: asyncio.Future[Message] = asyncio.ensure_future(self.inbox.get())
+        waits: set[asyncio.Future[Any]] = {get, commit}
         try:
-            await asyncio.wait({get, commit}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not get.done():
                 get.cancel()  # a cancelled Queue.get leaves its message in the queue
