@@ -190,6 +190,7 @@ class Engine:
                     self.params.get("disable_automatic_parallelism_control") == "false"
                 ),
             )
+            self.ddl.scale.worker_processes = self.compute_nodes
             self.barrier.epoch_writers.append(row_errors_writer(self.row_errors))
             self.barrier.epoch_writers.append(self.ddl.creating.progress.writer)
             self.barrier.epoch_writers.append(self.barrier.recovery_log.writer)

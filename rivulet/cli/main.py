@@ -174,13 +174,20 @@ def cli() -> None:
     "--workers",
     type=click.IntRange(1, 64),
     default=None,
-    help="Compute workers to run in this process [default: 1, or as stored in the data dir].",
+    help="Compute workers [default: 1, or as stored in the data dir].",
 )
 @click.option(
     "--slots",
     type=click.IntRange(1, 256),
     default=None,
     help="Slots per worker [default: the CPU cores, or as stored in the data dir].",
+)
+@click.option(
+    "--compute",
+    type=click.Choice(["in-process", "processes"]),
+    default="in-process",
+    show_default=True,
+    help="Where the workers run: in this process, or each in a compute node process of its own.",
 )
 @click.option(
     "--admin-port",
@@ -205,6 +212,7 @@ def playground(
     log_level: str,
     workers: int | None = None,
     slots: int | None = None,
+    compute: str = "in-process",
     admin_port: int = 5691,
     demo: bool = False,
 ) -> None:
@@ -238,6 +246,8 @@ def playground(
         auth = "SCRAM-SHA-256 password" if password else "none (trust)"
         nodes = server.engine.cluster.workers
         cluster = f"{len(nodes)} worker(s) x {nodes[0].slots} slot(s)" if nodes else "none"
+        if compute == "processes":
+            cluster += ", one process each"
         endpoint = getattr(server.admin, "address", None)
         admin = f"http://{endpoint[0]}:{endpoint[1]} (rivulet ctl)" if endpoint else "off"
         token = getattr(server.admin, "token_path", None)
@@ -269,7 +279,7 @@ def playground(
     try:
         run_playground(
             data_dir, host, port, password, on_ready=ready,
-            options=EngineOptions(workers=workers, slots=slots),
+            options=EngineOptions(workers=workers, slots=slots, compute=compute),
             admin_port=admin_port or None,
         )  # fmt: skip
     except OSError as exc:

@@ -118,15 +118,29 @@ class ComputeNodes:
             raise
         return node
 
+    async def start_worker(self, worker_id: int) -> None:
+        """A new worker's node (worker i is node i), ready for actors."""
+        await self.add(worker_id)
+
+    async def stop_worker(self, worker_id: int) -> None:
+        """Stop a node no actor runs on any more (its worker was removed)."""
+        node = self.nodes.pop(worker_id, None)
+        if node is None:
+            return
+        await self._stop(node)
+        self.peers.drop(worker_id)
+
+    async def _stop(self, node: ComputeNodeProcess) -> None:
+        """Tell a node to exit and wait until it did (killed if it does not)."""
+        was, node.state = node.state, "stopped"
+        if node.control is not None and was == "running":
+            node.control.send({"op": "shutdown"})
+            with contextlib.suppress(Exception):
+                await node.control.drain()
+        await _wait_exit(node.process)
+
     async def close(self) -> None:
-        for node in self.nodes.values():
-            was, node.state = node.state, "stopped"
-            if node.control is not None and was == "running":
-                node.control.send({"op": "shutdown"})
-                with contextlib.suppress(Exception):
-                    await node.control.drain()
-        for node in self.nodes.values():
-            await _wait_exit(node.process)
+        await asyncio.gather(*(self._stop(node) for node in self.nodes.values()))
         for task in list(self._tasks):
             task.cancel()
         if self._server is not None:

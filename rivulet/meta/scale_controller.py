@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
 from rivulet.common.errors import (
+    INTERNAL_ERROR,
     OBJECT_NOT_IN_PREREQUISITE_STATE,
     QUERY_CANCELED,
     UNDEFINED_TABLE,
@@ -33,6 +35,14 @@ from rivulet.stream.runtime import RunningJob, wait_finished
 StartExisting = Callable[..., list[RunningJob]]
 
 
+class WorkerProcesses(Protocol):
+    """Where workers are processes: started before actors go to a new worker, stopped
+    once a removed worker's actors moved away."""
+
+    async def start_worker(self, worker_id: int) -> None: ...
+    async def stop_worker(self, worker_id: int) -> None: ...
+
+
 class ScaleController(DdlPart):
     def __init__(
         self,
@@ -48,6 +58,8 @@ class ScaleController(DdlPart):
         self.reschedule_timeout_s = 60.0
         # Jobs whose backfill is done and that are being rebuilt at their normal policy.
         self.finishing: set[int] = set()
+        # The workers' processes (None: workers run in this process).
+        self.worker_processes: WorkerProcesses | None = None
 
     async def alter_parallelism(self, table: TableCatalog, policy: str, *, deferred: bool) -> None:
         """Set a job's parallelism policy. Online: its actors are rebuilt at the new
@@ -266,11 +278,29 @@ class ScaleController(DdlPart):
         async with self.lock:
             change = CatalogChange()
             worker = self.cluster.prepare_add(slots, change)
-            if self.automatic_parallelism():
-                await self.rebuild_dataflow(change)
-            else:
-                await self.barrier.checkpoint(change)
+            processes = self.worker_processes
+            if processes is not None:
+                await self._start_process(processes, worker.id)
+            try:
+                if self.automatic_parallelism():
+                    await self.rebuild_dataflow(change)
+                else:
+                    await self.barrier.checkpoint(change)
+            except BaseException:
+                if processes is not None and worker not in self.cluster.workers:
+                    await processes.stop_worker(worker.id)
+                raise
             return worker.id
+
+    async def _start_process(self, processes: WorkerProcesses, worker_id: int) -> None:
+        try:
+            await processes.start_worker(worker_id)
+        except (OSError, TimeoutError) as exc:
+            raise sql_error(
+                INTERNAL_ERROR,
+                f"the compute node of worker {worker_id} did not start: {exc or type(exc).__name__}",
+                hint="The server log says why; nothing changed, retry the statement.",
+            ) from exc
 
     async def remove_worker(self, worker_id: int) -> None:
         """Take a worker away; its actors move to the others online."""
@@ -278,6 +308,8 @@ class ScaleController(DdlPart):
             change = CatalogChange()
             self.cluster.prepare_remove(worker_id, change)
             await self.rebuild_dataflow(change)
+            if self.worker_processes is not None:
+                await self.worker_processes.stop_worker(worker_id)  # drained: no actor left
 
     async def rebuild_dataflow(
         self, change: CatalogChange, finalize: Callable[[CatalogChange], None] | None = None

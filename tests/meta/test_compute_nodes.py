@@ -182,3 +182,29 @@ def test_a_killed_node_is_recovered_from_the_checkpoint_and_replaced(
     assert 1 in remote_actors(con)
     write(con, 90000)
     check(con)
+
+
+def test_workers_added_and_removed_are_processes_started_and_stopped(
+    con: rivulet.Connection,
+) -> None:
+    create_views(con)
+    write(con, 1)
+    nodes = engine_of(con).compute_nodes
+    assert nodes is not None
+    third = con.add_worker(slots=2)
+    added = nodes.nodes[third]
+    assert added.process.poll() is None and added.pid not in (0, os.getpid())
+    assert third in remote_actors(con)  # adaptive jobs spread onto it
+    workers, _ = processes(con)
+    assert workers[third] == ("RUNNING", added.pid)
+    write(con, 1000)
+    check(con)
+    first = nodes.nodes[1]
+    con.remove_worker(1)
+    # Drained, then stopped: no actor runs on it and its process has exited.
+    assert 1 not in remote_actors(con) and 1 not in nodes.nodes
+    assert first.process.poll() is not None
+    workers, actor_pids = processes(con)
+    assert sorted(workers) == [2, third] and first.pid not in actor_pids
+    write(con, 2000)
+    check(con)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
+import pytest
 from conftest import free_port
 
 
@@ -17,9 +19,20 @@ def ctl(port: int, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_workers_are_added_listed_and_removed(server_factory) -> None:  # type: ignore[no-untyped-def]
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("compute", ["in-process", "processes"])
+def test_workers_are_added_listed_and_removed(server_factory, compute: str) -> None:  # type: ignore[no-untyped-def]
     admin = free_port()
-    srv = server_factory(args=("--workers", "1", "--slots", "2", "--admin-port", str(admin)))
+    srv = server_factory(
+        args=("--workers", "1", "--slots", "2", "--admin-port", str(admin), "--compute", compute)
+    )
     assert f"http://127.0.0.1:{admin}" in srv.wait_output("stop with")
     with srv.connect() as c:
         c.execute("CREATE TABLE t (k INT, v INT)")
@@ -35,8 +48,14 @@ def test_workers_are_added_listed_and_removed(server_factory) -> None:  # type: 
         ]
         listed = ctl(admin, "worker", "list")
         assert listed.returncode == 0 and "│ 2 " in listed.stdout
+        pids = dict(c.execute("SELECT id, pid FROM rw_worker_nodes").fetchall())
+        assert all(alive(pid) for pid in pids.values())
+        # Processes: the added worker is a process of its own, started by `add`.
+        assert (len(set(pids.values())) == 2) == (compute == "processes")
 
         assert ctl(admin, "worker", "remove", "1").returncode == 0
+        if compute == "processes":
+            assert not alive(pids[1])  # drained, then stopped
         refused = ctl(admin, "worker", "remove", "2")
         assert refused.returncode == 1
         assert "55000: cannot remove worker 2: it is the last worker" in refused.stdout
