@@ -29,6 +29,7 @@ from rivulet.meta.recovery import (
 )
 from rivulet.stream.expression import error_kind
 from rivulet.stream.inbox import Inbox
+from rivulet.stream.remote_actor import ComputeNodeLost
 
 # The barrier manager's logger: what recoveries log is named as before the split.
 log = logging.getLogger("rivulet.meta.barrier_manager")
@@ -124,6 +125,8 @@ class BarrierRecovery:
         what = type(error).__name__
         if isinstance(error, duckdb.Error):
             what += f" ({error_kind(error)})"
+        elif isinstance(error, ComputeNodeLost):
+            what += f": {error}"  # which node, and why: no data value
         known = self.recovery.describe_actor(actor_id) if self.recovery is not None else None
         cause = FailureCause(
             what,

@@ -10,7 +10,10 @@ writes (into the barrier manager, which commits them), actors that ended or fail
 backfill progress and row errors. Every commit is announced to every node.
 
 A node whose process exits or whose connection breaks fails the actors it ran (meta
-then recovers the dataflow from the last checkpoint).
+then recovers the dataflow from the last checkpoint). So does a node that stops answering
+(hung, or stopped by a signal): meta pings every node each ``heartbeat_interval_s`` and
+kills one that sent nothing for ``heartbeat_timeout_s``. Missed pings are counted, not
+timed, so a meta busy for a while does not mistake its own delay for theirs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from rivulet.stream.backfill_tracker import BackfillProgress
 from rivulet.stream.control import TOKEN_VARIABLE, ControlConnection, Header
 from rivulet.stream.message import Barrier, ChannelSpec, DispatcherSpec, Message, StopActors
 from rivulet.stream.plan import JobGraph
+from rivulet.stream.remote_actor import ActorEnd, ComputeNodeLost
 from rivulet.stream.remote_exchange import ExchangePeers
 from rivulet.stream.row_errors import RowErrorLog
 
@@ -41,6 +45,10 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60.0
 # How long a node may take to exit once told to.
 STOP_TIMEOUT_S = 5.0
+# Heartbeats: how often meta pings each node, and after how long without a word from it
+# the node is taken for dead.
+HEARTBEAT_INTERVAL_S = 1.0
+HEARTBEAT_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -57,8 +65,11 @@ class ComputeNodeProcess:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     jobs: set[int] = field(default_factory=set)
+    # Pings sent since the node's last message, and why meta gave up on it.
+    missed: int = 0
+    lost_reason: str | None = None
     # Actors started on it and the futures that resolve when they end.
-    ended: dict[int, asyncio.Future[str | None]] = field(default_factory=dict)
+    ended: dict[int, asyncio.Future[ActorEnd]] = field(default_factory=dict)
 
 
 class ComputeNodes:
@@ -89,6 +100,8 @@ class ComputeNodes:
         self._tasks: set[asyncio.Task[None]] = set()
         self._joining = asyncio.Lock()
         self.replacements = 0  # nodes started in place of lost ones
+        self.heartbeat_interval_s = HEARTBEAT_INTERVAL_S
+        self.heartbeat_timeout_s = HEARTBEAT_TIMEOUT_S
         barrier.on_committed.append(self._announce_commit)
 
     # ------------------------------------------------------------- lifecycle
@@ -97,6 +110,8 @@ class ComputeNodes:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self._control_port = int(self._server.sockets[0].getsockname()[1])
         self._exchange_port = await self.peers.listen()
+        heartbeats = asyncio.get_running_loop().create_task(self._heartbeats())
+        self._tasks.add(heartbeats)
         await asyncio.gather(*(self.add(node_id) for node_id in node_ids))
 
     async def add(self, node_id: int) -> ComputeNodeProcess:
@@ -167,9 +182,9 @@ class ComputeNodes:
         assert control is not None
         control.send({"op": "add_dispatchers", "actor": actor_id}, specs)
 
-    def start(self, node: int, actor_id: int) -> asyncio.Future[str | None]:
+    def start(self, node: int, actor_id: int) -> asyncio.Future[ActorEnd]:
         target = self.nodes[node]
-        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ActorEnd] = asyncio.get_running_loop().create_future()
         if target.state != "running" or target.control is None:
             future.set_result(f"compute node {node} is not running ({target.state})")
             return future
@@ -248,6 +263,7 @@ class ComputeNodes:
             node.ready.set_result(None)
             while True:
                 header, payload = await control.receive()
+                node.missed = 0
                 self._on_message(node, header, payload)
         except (asyncio.IncompleteReadError, ConnectionError) as exc:
             if not node.ready.done():
@@ -277,8 +293,26 @@ class ComputeNodes:
             )  # fmt: skip
         elif op == "row_errors":
             self.row_errors.record(header["job"], header["fragment"], header["operator"], payload)
+        elif op == "pong":
+            pass  # its arrival counted
         else:
             log.warning("compute node %d: unknown message %r", node.node_id, op)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            for node in list(self.nodes.values()):
+                if node.state != "running" or node.control is None:
+                    continue
+                node.missed += 1
+                if node.missed * self.heartbeat_interval_s <= self.heartbeat_timeout_s:
+                    node.control.send({"op": "ping"})
+                elif node.lost_reason is None:
+                    node.lost_reason = (
+                        f"sent nothing for {self.heartbeat_timeout_s:g} s (missed heartbeats)"
+                    )
+                    log.error("compute node %d %s: killed", node.node_id, node.lost_reason)
+                    node.process.kill()  # its connection closes: the node is lost
 
     def _announce_commit(self, epoch: int) -> None:
         for node in self.nodes.values():
@@ -292,9 +326,11 @@ class ComputeNodes:
         node.state = "stopped" if was == "stopped" else "lost"
         self.peers.drop(node.node_id)
         reason = f"compute node {node.node_id} (pid {node.pid}) was lost"
+        if node.lost_reason is not None:
+            reason += f": it {node.lost_reason}"
         for future in node.ended.values():
             if not future.done():
-                future.set_result(None if was == "stopped" else reason)
+                future.set_result(None if was == "stopped" else ComputeNodeLost(reason))
         node.ended.clear()
         if was == "running":
             log.error("%s; the actors it ran failed, a new node %d starts", reason, node.node_id)

@@ -272,6 +272,8 @@ class ComputeNode:
         elif op == "committed":
             self.services.committed(header["epoch"])
             self._rates(header)
+        elif op == "ping":
+            self.control.send({"op": "pong"})
         else:
             log.warning("node %d: unknown control message %r", self.node_id, op)
 

@@ -27,6 +27,15 @@ class RemoteActorError(RuntimeError):
     """An actor failed on its compute node (the node's error text), or its node went."""
 
 
+class ComputeNodeLost(RemoteActorError):
+    """The actor's node went (exited, or stopped answering). The message names the node
+    and why, never a data value, so it is recorded as the recovery's reason."""
+
+
+# What a remote actor's end reports: nothing (it stopped), its error's text, or its node lost.
+ActorEnd = str | ComputeNodeLost | None
+
+
 class RemoteActorHost(Protocol):
     """The compute nodes, as the runtime asks them for actors (meta implements it)."""
 
@@ -46,7 +55,7 @@ class RemoteActorHost(Protocol):
         """Give a built actor that has not started more outputs (a restart's scans)."""
         ...
 
-    def start(self, node: int, actor_id: int) -> asyncio.Future[str | None]:
+    def start(self, node: int, actor_id: int) -> asyncio.Future[ActorEnd]:
         """Start a built actor: resolves when it ended, with its error (None: it
         stopped at a barrier, or was aborted)."""
         ...
@@ -111,7 +120,7 @@ class RemoteActor:
         else:
             self.host.abort(self.node, [self.id])
 
-    async def _run(self, ended: asyncio.Future[str | None]) -> None:
+    async def _run(self, ended: asyncio.Future[ActorEnd]) -> None:
         try:
             error = await ended
         except asyncio.CancelledError:
@@ -122,7 +131,8 @@ class RemoteActor:
                 "actor %d (fragment %d, job %d) failed on node %d: %s", self.id,
                 self.ctx.fragment_id, self.ctx.job_id, self.node, error,
             )  # fmt: skip
-            self.ctx.services.barrier_sink.actor_failed(self.id, RemoteActorError(error))
+            failure = error if isinstance(error, ComputeNodeLost) else RemoteActorError(error)
+            self.ctx.services.barrier_sink.actor_failed(self.id, failure)
 
     async def stop(self) -> None:
         await cancel_and_wait(self.task)
