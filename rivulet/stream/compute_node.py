@@ -227,6 +227,8 @@ class ComputeNode:
         self.actors: dict[int, Actor] = {}
         # Inboxes of the node's source actors: meta puts their barriers in.
         self.inboxes: dict[int, Inbox] = {}
+        # The channels each actor here reads or sends to (closed when it goes).
+        self.channels: dict[int, set[int]] = {}
 
     async def serve(self) -> None:
         try:
@@ -247,6 +249,10 @@ class ComputeNode:
         if op == "build":
             graph, actor_ids, inputs, dispatchers, rebuilt = payload
             await self.peers.wait_for(_nodes_of(inputs, dispatchers))
+            for actor_id in actor_ids:
+                self.channels[actor_id] = {c.channel_id for c in inputs.get(actor_id, [])} | {
+                    c.channel_id for d in dispatchers.get(actor_id, []) for c in d.outputs
+                }
             self.actors.update(
                 self.runtime.build_actors(
                     graph, inputs, dispatchers, actor_ids, rebuilt, self.inboxes
@@ -258,6 +264,9 @@ class ComputeNode:
             await self.peers.wait_for(_nodes_of({}, {0: specs}))
             actor = self.actors[header["actor"]]
             actor.dispatchers.extend(self.runtime.ends.dispatcher(s) for s in specs)
+            self.channels.setdefault(actor.id, set()).update(
+                c.channel_id for d in specs for c in d.outputs
+            )
         elif op == "start":
             actor = self.actors[header["actor"]]
             actor.start()
@@ -290,6 +299,7 @@ class ComputeNode:
             if actor.task is None:  # built, never started: nothing to report
                 del self.actors[actor_id]
                 self.inboxes.pop(actor_id, None)
+                self.runtime.ends.forget(self.channels.pop(actor_id, ()))
             else:
                 actor.task.cancel()
                 tasks.append(actor.task)
@@ -299,6 +309,7 @@ class ComputeNode:
     def _ended(self, actor_id: int, _task: object) -> None:
         self.actors.pop(actor_id, None)
         self.inboxes.pop(actor_id, None)
+        self.runtime.ends.forget(self.channels.pop(actor_id, ()))
         error = self.services.barrier_sink.failures.pop(actor_id, None)
         self.control.send({"op": "ended", "actor": actor_id, "error": error})
 

@@ -11,7 +11,8 @@ dataflow.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -38,12 +39,15 @@ class ChannelEnds:
         self._connection_to = connection_to
         # In-memory channels built by one of their two ends, waiting for the other.
         self._local: dict[int, Channel] = {}
+        # The remote channels whose end here was built, and the node at the other end.
+        self._remote: dict[int, int] = {}
 
     def receiver(self, spec: ChannelSpec) -> Channel:
         """What the downstream actor (running here) reads."""
         assert spec.downstream_node == self.node, spec
         if spec.upstream_node == self.node:
             return self._shared(spec.channel_id)
+        self._remote[spec.channel_id] = spec.upstream_node
         return self._connection(spec.upstream_node).open_inbound(spec.channel_id)
 
     def sender(self, spec: ChannelSpec) -> Channel:
@@ -51,6 +55,7 @@ class ChannelEnds:
         assert spec.upstream_node == self.node, spec
         if spec.downstream_node == self.node:
             return self._shared(spec.channel_id)
+        self._remote[spec.channel_id] = spec.downstream_node
         outbound = self._connection(spec.downstream_node).open_outbound(spec.channel_id)
         return outbound  # type: ignore[return-value]  # a Channel for its senders
 
@@ -65,10 +70,16 @@ class ChannelEnds:
         assert spec.kind == "simple", spec.kind
         return SimpleDispatcher(spec.dispatcher_id, outputs)
 
-    def forget(self, channel_ids: set[int]) -> None:
-        """Channels of a job that went before both ends were built (an abandoned build)."""
+    def forget(self, channel_ids: Iterable[int]) -> None:
+        """Channels whose actors here are gone: an in-memory one whose other end was
+        never built (an abandoned build), a remote one's end here (its connection stops
+        routing to it)."""
         for cid in channel_ids:
             self._local.pop(cid, None)
+            node = self._remote.pop(cid, None)
+            if node is not None and self._connection_to is not None:
+                with contextlib.suppress(ConnectionError, KeyError):
+                    self._connection_to(node).close_channel(cid)
 
     def _shared(self, channel_id: int) -> Channel:
         channel = self._local.pop(channel_id, None)

@@ -51,6 +51,13 @@ def processes(con: rivulet.Connection) -> tuple[dict[int, tuple[str, int]], set[
     return workers, actors
 
 
+def remote_channels(con: rivulet.Connection) -> int:
+    """Ends of remote channels open in meta's process (over every exchange connection)."""
+    nodes = engine_of(con).compute_nodes
+    assert nodes is not None
+    return sum(len(c.inbound) + len(c.outbound) for c in nodes.peers.connections.values())
+
+
 def check(con: rivulet.Connection, views: dict[str, str] = VIEWS) -> None:
     con.execute("FLUSH")
     for name, query in views.items():
@@ -122,9 +129,13 @@ def test_reschedules_recovery_and_drops_keep_them_exact(con: rivulet.Connection)
     con.execute("ALTER MATERIALIZED VIEW joined SET PARALLELISM = 3")
     write(con, 3000)
     check(con)
+    channels = remote_channels(con)
+    assert channels > 0
     con.execute("RECOVER")
     write(con, 4000)
     check(con)
+    # The rebuilt layout is the same: the old actors' remote channel ends were closed.
+    assert remote_channels(con) == channels
     before = sum(remote_actors(con).values())
     con.execute("DROP MATERIALIZED VIEW top")
     assert sum(remote_actors(con).values()) < before
@@ -135,6 +146,10 @@ def test_reschedules_recovery_and_drops_keep_them_exact(con: rivulet.Connection)
     for node in nodes.nodes.values():
         assert set(node.ended) <= running
     check(con, {name: query for name, query in VIEWS.items() if name != "top"})
+    for name in reversed(VIEWS):
+        if name != "top":
+            con.execute(f"DROP MATERIALIZED VIEW {name}")
+    assert remote_channels(con) == 0  # only the tables are left, all in meta
 
 
 def test_a_compute_mode_is_checked() -> None:
