@@ -14,6 +14,7 @@ import pytest
 
 import rivulet
 from rivulet.engine import Engine, EngineOptions
+from rivulet.meta.compute_nodes import ComputeNodes
 from rivulet.stream.remote_actor import RemoteActor
 
 VIEWS = {
@@ -56,6 +57,31 @@ def remote_channels(con: rivulet.Connection) -> int:
     nodes = engine_of(con).compute_nodes
     assert nodes is not None
     return sum(len(c.inbound) + len(c.outbound) for c in nodes.peers.connections.values())
+
+
+def running_views(con: rivulet.Connection) -> ComputeNodes:
+    """Every view created over written tables and checked; the compute nodes."""
+    create_views(con)
+    write(con, 1)
+    check(con)
+    nodes = engine_of(con).compute_nodes
+    assert nodes is not None
+    return nodes
+
+
+def write_until_recovered(con: rivulet.Connection, deadline: float) -> None:
+    """Write (and flush) until it succeeds: statements in an epoch lost to a failure
+    fail, none hangs, and the dataflow goes on from the last checkpoint."""
+    base = 5000
+    while True:
+        try:
+            write(con, base)
+            con.execute("FLUSH")
+            return
+        except rivulet.Error:
+            assert time.monotonic() < deadline, "the dataflow did not recover"
+            base += 1000
+            time.sleep(0.2)
 
 
 def check(con: rivulet.Connection, views: dict[str, str] = VIEWS) -> None:
@@ -160,27 +186,14 @@ def test_a_compute_mode_is_checked() -> None:
 def test_a_killed_node_is_recovered_from_the_checkpoint_and_replaced(
     con: rivulet.Connection,
 ) -> None:
-    create_views(con)
-    write(con, 1)
-    check(con)
-    nodes = engine_of(con).compute_nodes
-    assert nodes is not None
+    nodes = running_views(con)
     victim = nodes.nodes[1]
     old_pid = victim.pid
     os.kill(old_pid, signal.SIGKILL)
     # Statements meanwhile may fail (their epoch was lost); none hangs, and the
     # dataflow goes on from the last checkpoint without the node.
     deadline = time.monotonic() + 60
-    base = 5000
-    while True:
-        try:
-            write(con, base)
-            con.execute("FLUSH")
-            break
-        except rivulet.Error:
-            assert time.monotonic() < deadline, "the dataflow did not recover"
-            base += 1000
-            time.sleep(0.2)
+    write_until_recovered(con, deadline)
     check(con)
     # The node is replaced (a new process), and the recovery says why.
     while not (nodes.nodes[1].state == "running" and nodes.nodes[1].pid != old_pid):
@@ -229,11 +242,7 @@ def test_workers_added_and_removed_are_processes_started_and_stopped(
 def test_a_node_that_stops_answering_is_taken_for_dead_and_replaced(
     con: rivulet.Connection,
 ) -> None:
-    create_views(con)
-    write(con, 1)
-    check(con)
-    nodes = engine_of(con).compute_nodes
-    assert nodes is not None
+    nodes = running_views(con)
     nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s = 0.2, 2.0
     hung = nodes.nodes[2]
     os.kill(hung.pid, signal.SIGSTOP)  # alive, connected, silent
@@ -245,16 +254,7 @@ def test_a_node_that_stops_answering_is_taken_for_dead_and_replaced(
     finally:
         if hung.process.poll() is None:
             os.kill(hung.pid, signal.SIGKILL)
-    base = 5000
-    while True:
-        try:
-            write(con, base)
-            con.execute("FLUSH")
-            break
-        except rivulet.Error:
-            assert time.monotonic() < deadline, "the dataflow did not recover"
-            base += 1000
-            time.sleep(0.2)
+    write_until_recovered(con, deadline)
     check(con)
     while not (nodes.nodes[2].state == "running" and nodes.nodes[2].pid != hung.pid):
         assert time.monotonic() < deadline, "the node was not replaced"
