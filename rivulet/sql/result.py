@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from rivulet.common.types import DataType
+from rivulet.storage.state_store import read_next_batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class RowStream:
             self._reading = True
         batch = None
         try:
-            batch = reader.read_next_batch()
+            batch = read_next_batch(reader)
             if self._check is not None:
                 try:
                     self._check(batch)

@@ -186,6 +186,18 @@ def open_error(db_path: str, exc: duckdb.Error) -> Error:
     return damaged_error(db_path, text)
 
 
+def read_next_batch(reader: pa.RecordBatchReader) -> pa.RecordBatch:
+    """The next batch of a streamed DuckDB result (StopIteration at its end). An interrupt
+    while DuckDB computes it reaches Arrow as an OSError: it is raised as DuckDB's
+    ``InterruptException``, like an interrupt of any other statement."""
+    try:
+        return reader.read_next_batch()
+    except OSError as exc:
+        if str(exc).startswith("INTERRUPT Error"):
+            raise duckdb.InterruptException(str(exc)) from exc
+        raise
+
+
 def stream_query(
     cur: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None, batch_rows: int
 ) -> tuple[list[tuple[str, str]], pa.RecordBatchReader | None]:

@@ -9,7 +9,13 @@ import duckdb
 import pytest
 
 from rivulet.common.errors import Error
-from rivulet.storage.state_store import DB_FILE_NAME, StateStore, StoreOptions
+from rivulet.storage.state_store import (
+    DB_FILE_NAME,
+    StateStore,
+    StoreOptions,
+    read_next_batch,
+    stream_query,
+)
 
 
 @pytest.fixture
@@ -159,3 +165,22 @@ def test_a_damaged_file_gets_a_clear_error(tmp_path: Path) -> None:
         StateStore(tmp_path, StoreOptions())
     assert info.value.sqlstate == "XX001"
     assert info.value.hint
+
+
+def test_an_interrupted_streamed_result_raises_duckdbs_interrupt() -> None:
+    """An interrupt that lands while a streamed batch is computed is DuckDB's interrupt
+    (a cancel or timeout), not an Arrow I/O error."""
+    cur = duckdb.connect().cursor()
+    _, reader = stream_query(
+        cur, "SELECT x, repeat('x', 100) FROM generate_series(1, 1000000000) AS t(x)", None, 2048
+    )
+    assert reader is not None
+    read_next_batch(reader)
+    timer = threading.Timer(0.2, cur.interrupt)
+    timer.start()
+    try:
+        with pytest.raises(duckdb.InterruptException):
+            while True:
+                read_next_batch(reader)
+    finally:
+        timer.cancel()

@@ -18,7 +18,7 @@ from rivulet.common.types import DataType
 from rivulet.sql.binder import Binder, BoundQuery
 from rivulet.sql.parser import Statement
 from rivulet.sql.result import Column, RowStream, StatementResult
-from rivulet.storage.state_store import StateStore, stream_query
+from rivulet.storage.state_store import StateStore, read_next_batch, stream_query
 
 # DuckDB warns that DB-API results read as Arrow are copied: the state reads that do so
 # read small results on purpose.
@@ -127,9 +127,9 @@ def start_query(
     columns = [Column(n, DataType.from_duckdb(t)) for n, t in described]
     head: list[pa.RecordBatch] = []
     try:
-        head.append(reader.read_next_batch())
+        head.append(read_next_batch(reader))
         if head[0].num_rows < RESULT_BATCH_ROWS:
-            head.append(reader.read_next_batch())  # StopIteration: the result is whole
+            head.append(read_next_batch(reader))  # StopIteration: the result is whole
     except StopIteration:
         reader.close()
         if prepare:
