@@ -272,30 +272,15 @@ class Engine:
 
     def _register_placement_functions(self) -> None:
         """rw_worker_nodes and rw_actors show the processes as they are now."""
-        self.store.register_function(
-            WORKER_STATE_FUNCTION,
-            lambda ids: pa.array([self._worker_status(i)[0] for i in ids.to_pylist()]),
-            ["INTEGER"],
-            "VARCHAR",
-        )
-        self.store.register_function(
-            WORKER_PID_FUNCTION,
-            lambda ids: pa.array([self._worker_status(i)[1] for i in ids.to_pylist()], pa.int32()),
-            ["INTEGER"],
-            "INTEGER",
-        )
-        self.store.register_function(
-            WORKER_PORT_FUNCTION,
-            lambda ids: pa.array([self._worker_status(i)[2] for i in ids.to_pylist()], pa.int32()),
-            ["INTEGER"],
-            "INTEGER",
-        )
-        self.store.register_function(
-            ACTOR_PID_FUNCTION,
-            lambda ids: pa.array([self._actor_pid(i) for i in ids.to_pylist()], pa.int32()),
-            ["INTEGER"],
-            "INTEGER",
-        )
+        columns: list[tuple[str, Callable[[int], object], str]] = [
+            (WORKER_STATE_FUNCTION, lambda i: self._worker_status(i)[0], "VARCHAR"),
+            (WORKER_PID_FUNCTION, lambda i: self._worker_status(i)[1], "INTEGER"),
+            (WORKER_PORT_FUNCTION, lambda i: self._worker_status(i)[2], "INTEGER"),
+            (ACTOR_PID_FUNCTION, self._actor_pid, "INTEGER"),
+        ]
+        for name, of_id, returns in columns:
+            arrow_type = pa.string() if returns == "VARCHAR" else pa.int32()
+            self.store.register_function(name, _per_id(of_id, arrow_type), ["INTEGER"], returns)
 
     def _worker_status(self, worker_id: int | None) -> tuple[str | None, int | None, int | None]:
         """A worker's state, process id and exchange port (called on a query thread).
@@ -498,3 +483,14 @@ class EngineThread:
         self._thread.join(timeout=10)
         with contextlib.suppress(Exception):
             self.loop.close()
+
+
+def _per_id(
+    of_id: Callable[[int], object], arrow_type: pa.DataType
+) -> Callable[[pa.Array], pa.Array]:
+    """A DuckDB Arrow function of one id column: ``of_id`` of each id."""
+
+    def over(ids: pa.Array) -> pa.Array:
+        return pa.array([of_id(i) for i in ids.to_pylist()], arrow_type)
+
+    return over
